@@ -1,0 +1,31 @@
+# hexsearch: `make demo` runs the main job on the CPU default, `make test` runs the suite.
+# Both run `setup` first; setup is idempotent and cheap when nothing changed.
+VENV ?= .venv
+HEX := $(VENV)/bin/hexsearch
+PYTEST_ARGS ?=
+
+export RAY_AUTH_MODE := disabled
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test test-slow bench lint clean
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(HEX) demo
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-slow: setup
+	$(VENV)/bin/python -m pytest -m slow $(PYTEST_ARGS)
+
+bench: setup
+	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(VENV)/bin/python $$b; done
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

@@ -1,0 +1,50 @@
+"""Helpers shared by CLI commands: one-line user errors, config + run-folder setup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from hexsearch.config import ConfigError, HexConfig, load_config, to_yaml
+from hexsearch.rundir import RunDir
+
+
+class UserError(Exception):
+    """An error the user can fix; printed as one line, exit code 2 (or `exit_code`)."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+CONFIG_ARG = typer.Argument(None, help="Config YAML (see configs/); omit for defaults.")
+OVERRIDES_ARG = typer.Argument(None, help="key=value overrides with dotted paths, e.g. train.lr=1e-5")
+
+
+def config_from_cli(config: str | None, overrides: list[str] | None) -> HexConfig:
+    """Load a config, turning config errors into one-line user errors."""
+    # `hexsearch train key=value` without a file: the first override arrives as `config`.
+    if config is not None and "=" in config and not Path(config).exists():
+        overrides, config = [config, *(overrides or [])], None
+    try:
+        return load_config(config, overrides or [])
+    except ConfigError as e:
+        raise UserError(str(e)) from e
+
+
+def open_run(cfg: HexConfig, kind: str) -> RunDir:
+    """Create the run folder for a command and save its resolved config there."""
+    run = RunDir.create(cfg.run.root, cfg.run.name or None, kind=kind)
+    run.config.write_text(to_yaml(cfg))
+    return run
+
+
+def not_available(command: str, issue: str) -> None:
+    """Exit non-zero with a one-line message for a command a later issue fills."""
+    raise UserError(f"'{command}' is not available yet ({issue})", exit_code=3)
+
+
+def print_json(obj) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=str))

@@ -1,0 +1,60 @@
+"""The one run-directory layout every command writes (leaf module).
+
+    runs/<name>/
+        config.yaml          resolved config of the command that created the run
+        log.txt              log of the run (secrets redacted)
+        metrics.jsonl        one JSON object per logged step (stable metric names)
+        tb/                  TensorBoard event files
+        trajectories/        trajectory JSONL files (one episode per line)
+        checkpoints/         step-N/ folders, written atomically (tmp dir + rename)
+        engines.json         addresses of engines/services started for this run
+        results.json         final figures of the command (eval scores, train summary)
+        artifacts/           anything else (plots, exported data)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run. Create with `RunDir.create(root, name)`; reopen with `RunDir(path)`."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, root: str | os.PathLike = "runs", name: str | None = None, kind: str = "run") -> RunDir:
+        """Make `root/name` (default name: `<kind>-<timestamp>`) and its sub-folders."""
+        name = name or f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run = cls(Path(root) / name)
+        for sub in (run.path, run.trajectories, run.checkpoints, run.artifacts, run.tb):
+            sub.mkdir(parents=True, exist_ok=True)
+        return run
+
+    config = property(lambda self: self.path / "config.yaml")
+    log = property(lambda self: self.path / "log.txt")
+    metrics = property(lambda self: self.path / "metrics.jsonl")
+    tb = property(lambda self: self.path / "tb")
+    trajectories = property(lambda self: self.path / "trajectories")
+    checkpoints = property(lambda self: self.path / "checkpoints")
+    engines = property(lambda self: self.path / "engines.json")
+    results = property(lambda self: self.path / "results.json")
+    artifacts = property(lambda self: self.path / "artifacts")
+
+    def write_json(self, path: Path, obj: Any) -> None:
+        """Write JSON atomically (tmp file + rename), so a crash never leaves half a file."""
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path)
+
+    def record_engine(self, name: str, info: dict) -> None:
+        """Add or replace one entry of engines.json (address, pid, kind of a started service)."""
+        current = json.loads(self.engines.read_text()) if self.engines.exists() else {}
+        current[name] = info
+        self.write_json(self.engines, current)

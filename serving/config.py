@@ -1,0 +1,27 @@
+"""Inference engine configuration (section `engine`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EngineConfig:
+    model: str = "smollm2-135m-instruct"
+    """Model spec: a built-in alias (`smollm2-135m-instruct`, `tiny-random`), a local HF folder, or a hub id."""
+    backend: str = "embedded"
+    """`embedded` (transformers in this process), `http` (our OpenAI-compatible server), `vllm` or `sglang`."""
+    urls: list[str] = field(default_factory=list)
+    """Base URLs of remote servers for the `http`, `vllm` and `sglang` backends (a pool when several)."""
+    dtype: str = "auto"
+    """`auto` (bf16 where the CPU/GPU supports it, else fp32), `bfloat16`, `float16` or `float32`."""
+    device: str = "auto"
+    """`auto` (cuda when available, else cpu), `cpu`, `cuda` or `cuda:N`."""
+    max_batch_size: int = 64
+    """Most sequences the embedded engine decodes together in one step (continuous batching)."""
+    max_model_len: int = 4096
+    """Longest prompt + output the engine accepts, in tokens."""
+    threads: int = 0
+    """Torch CPU threads for the embedded engine (0: leave torch's default)."""
+    request_timeout_s: float = 600.0
+    """Timeout of one generate call against a remote engine."""

@@ -1,0 +1,99 @@
+"""Config system: defaults < YAML < overrides, with errors that name the key and list valid ones."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from hexsearch.config import ConfigError, HexConfig, describe, field_docs, load_config, to_yaml
+
+
+def test_defaults_load_as_dataclasses():
+    cfg = load_config()
+    assert isinstance(cfg, HexConfig)
+    assert cfg.train.max_staleness >= 0 and cfg.agent.max_turns > 0
+
+
+def test_yaml_then_overrides(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("train:\n  lr: 1.0e-4\n  steps: 7\nagent:\n  max_turns: 3\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: base.yaml\ntrain:\n  steps: 9\n")
+    cfg = load_config(child, ["agent.max_turns=5", "tools.allow_hosts=[127.0.0.1]"])
+    assert cfg.train.lr == pytest.approx(1e-4)
+    assert cfg.train.steps == 9  # child wins over base
+    assert cfg.agent.max_turns == 5  # override wins over YAML
+    assert cfg.tools.allow_hosts == ["127.0.0.1"]
+
+
+def test_unknown_key_lists_valid_keys():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["train.lrr=1"])
+    msg = str(e.value)
+    assert "train.lrr" in msg and "lr" in msg and "batch_size" in msg
+
+
+def test_unknown_key_in_yaml_names_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agent:\n  max_turnz: 3\n")
+    with pytest.raises(ConfigError, match="bad.yaml.*agent.max_turnz.*max_turns"):
+        load_config(bad)
+
+
+def test_unknown_section_lists_sections():
+    with pytest.raises(ConfigError, match="trian.*train"):
+        load_config(None, ["trian.lr=1"])
+
+
+def test_wrong_type_names_key():
+    with pytest.raises(ConfigError, match="train.steps"):
+        load_config(None, ["train.steps=many"])
+
+
+def test_override_without_equals_is_rejected():
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["train.steps"])
+
+
+def test_missing_file_and_extends_loop(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("extends: b.yaml\n")
+    b.write_text("extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="loop"):
+        load_config(a)
+
+
+def test_every_config_field_has_a_docstring():
+    def walk(cls):
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            assert docs.get(f.name), f"{cls.__name__}.{f.name} has no docstring"
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if dataclasses.is_dataclass(default):
+                walk(type(default))
+
+    walk(HexConfig)
+    keys = [k for k, _, _ in describe()]
+    assert "train.max_staleness" in keys and len(keys) == len(set(keys))
+
+
+def test_shipped_configs_resolve():
+    from pathlib import Path
+
+    for path in sorted(Path("configs").glob("*.yaml")):
+        to_yaml(load_config(path))
+
+
+def test_cli_config_show_rejects_misspelt_key():
+    proc = subprocess.run([sys.executable, "-m", "hexsearch.cli", "config", "show", "agent.max_trns=3"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "unknown config key 'agent.max_trns'" in proc.stderr and "max_turns" in proc.stderr
+    ok = subprocess.run([sys.executable, "-m", "hexsearch.cli", "config", "show", "agent.max_turns=3"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and "max_turns: 3" in ok.stdout

@@ -1,0 +1,47 @@
+"""The Tool protocol: a name, an OpenAI function schema, and `async __call__(args) -> Observation`.
+
+Tools never raise to the agent: every failure (timeout, HTTP error, refused URL, bad arguments)
+comes back as an Observation with `error` set, so an episode is never lost to a tool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class Observation:
+    """What a tool call returns."""
+
+    text: str
+    """Text shown to the model."""
+    data: Any = None
+    """Structured result (search hits, page chunks, ...), JSON-serialisable."""
+    latency_s: float = 0.0
+    """Wall-clock seconds the call took (0 for a cache hit's lookup time only)."""
+    cost: float = 0.0
+    """Money the call cost (e.g. a paid search API), in dollars."""
+    error: str | None = None
+    """One-line error when the call failed; `text` then explains it to the model."""
+    cached: bool = False
+    """True when served from the tool cache."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Extra details (retries, HTTP status, final URL after redirects)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """What every tool provides."""
+
+    name: str
+    """Name the model calls the tool by (`search`, `access`, ...)."""
+    schema: dict[str, Any]
+    """OpenAI function schema: {"type": "function", "function": {"name", "description", "parameters"}}."""
+
+    async def __call__(self, args: dict[str, Any]) -> Observation:
+        """Run the tool; never raises for tool-side failures."""
