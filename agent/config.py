@@ -1,37 +1,93 @@
-"""Search agent configuration (section `agent`)."""
+"""Search agent configuration (section `agent`).
+
+One agent serves training, evaluation and the demo; everything that differs between those uses is
+a field here. docs/agent.md explains the fields in context (turn types, budgets, context policies,
+the CPU-learning recipe, rewards).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
 class AgentConfig:
     action_format: str = "asearcher"
-    """`asearcher` (<search>/<access>/<answer> tags) or `hermes` (<tool_call> JSON)."""
+    """`asearcher` (<search>/<access>/<answer> tags, results in <information>) or `hermes`
+    (<tool_call>{"name", "arguments"}</tool_call> checked against each tool's JSON schema)."""
     context_policy: str = "read_once"
-    """`read_once` (page chunks read once, then stubbed), `keep_last_k` (last K tool results) or `full`."""
+    """`read_once` (a page chunk is shown in one read turn, then only a stub and the agent's notes stay),
+    `keep_last_k` (the last K tool results verbatim, older ones stubbed) or `full` (nothing is removed)."""
     keep_last_k: int = 5
     """Tool results kept verbatim by the `keep_last_k` policy."""
+    compact_to: float = 0.5
+    """Under `read_once`/`keep_last_k`: when the next call would not fit in `max_context_tokens`, the oldest
+    turns are dropped (one omission line remains) until the context is at most this fraction of it, and a
+    new segment begins. 0 disables dropping: the episode stops with `max_context`, as under `full`."""
+    stub_chars: int = 100
+    """Characters of a stubbed tool result that stay in context (ASearcher keeps 100)."""
+    stub_search_results: bool = False
+    """`read_once` also stubs search results after their read turn (ASearcher keeps them in full)."""
+    read_search_results: bool = True
+    """Give every search result its own read turn (`<think>` notes) before the next action, as ASearcher
+    does; false appends results and goes straight to the next action (the CPU recipe)."""
+    page_tools: list[str] = field(default_factory=lambda: ["access"])
+    """Tools whose results are pages, split into chunks that are read one chunk per read turn."""
+    page_chunk_chars: int = 4000
+    """Characters per page chunk when the tool did not chunk the page itself (ASearcher: 25,000)."""
+    max_page_chunks: int = 10
+    """Most chunks of one page that are shown (ASearcher: 10)."""
+    max_obs_chars: int = 20000
+    """Longest tool text shown in one observation; longer text is cut with a note."""
     max_turns: int = 32
-    """Most LLM calls per episode (reading turns count)."""
+    """Most LLM calls per episode (read turns count), up to 1,000."""
     max_new_tokens: int = 512
     """Most new tokens per LLM call."""
     max_context_tokens: int = 8192
-    """Most tokens in one prompt; the episode stops when the next call would exceed it."""
+    """Most tokens in one prompt plus `max_new_tokens` (capped by the engine's `max_model_len` when it reports
+    one); see `compact_to` for what happens at the limit."""
     max_tool_calls: int = 64
-    """Most tool calls per episode."""
+    """Most tool calls per episode; the episode stops when the model asks for more."""
+    max_calls_per_turn: int = 4
+    """Most tool calls in one turn (they run concurrently); more is a format error."""
+    max_format_errors: int = 8
+    """The episode stops (`format_errors`) after this many malformed turns (0: no limit)."""
     wall_clock_s: float = 1800.0
-    """Wall-clock budget per episode, in seconds."""
+    """Wall-clock budget per episode, in seconds (LLM calls and tool calls are cut at the limit)."""
     temperature: float = 1.0
-    """Sampling temperature for training rollouts."""
+    """Sampling temperature for training rollouts (0: greedy)."""
     top_p: float = 1.0
     """Nucleus sampling threshold."""
+    top_k: int = 0
+    """Top-k sampling (0: off)."""
+    prefill: str = "none"
+    """Text the harness writes for the model (never trained on): `none`; `tags` (the CPU-learning recipe:
+    the opening action tag (`<search>`) at the first act turn and `<answer>` at the act turn after the
+    last allowed tool call); `answer` (only the `<answer>` part); `think` (`<think>` at every act turn)."""
     prefill_tags: bool = False
-    """Let the harness write the opening action tag (a CPU-scale trick so tiny models act)."""
+    """Shorthand for `prefill=tags` (kept for configs that set it)."""
+    lenient_tags: bool = False
+    """Accept a final action tag left open because the turn ended (end-of-turn or token cap) as if closed,
+    instead of a format error (the CPU-learning recipe scores this way)."""
     worked_example: bool = False
-    """Put one worked example in the system prompt."""
+    """Put one worked example (question, search, information, answer) in the system prompt."""
+    worked_example_text: str = ""
+    """A custom worked example (used verbatim when `worked_example` is on); empty: the built-in one."""
+    system_prompt: str = ""
+    """Replace the built-in instructions (tool descriptions and the example are still appended)."""
+    prompt_layout: str = "system"
+    """`system`: instructions in the system message, the question in the user message; `user`: both in one
+    user message (ASearcher's layout, for models trained on it; put their instruction text in `system_prompt`)."""
+    valid_inst_ratio: float = 1.0
+    """Probability that the prompt says every question has an answer (forced-valid); otherwise it allows
+    answering "the question is invalid" (ASearcher's training used 0.3)."""
     reward: str = "f1"
     """Answer reward: `f1`, `em`, `sub_em`, `set_f1` (ASearcher) or `judge` (LLM judge)."""
+    aug_answer_weight: float = 0.3
+    """Weight w of `aug_answer` aliases: reward = (1-w) s_gold + w max(s_gold, s_aug) (ASearcher: 0.3)."""
     format_gate: bool = True
     """Reward 0 when any turn had a format error."""
+    invalid_penalty: float = -0.5
+    """Reward when the prompt was forced-valid and the answer says the question is invalid."""
+    judge_cache: str = ""
+    """SQLite file caching LLM-judge verdicts. Empty: `<cache dir>/judge.sqlite`."""

@@ -90,7 +90,7 @@ class Trajectory:
     @property
     def versions(self) -> list[int]:
         """Versions of all policy tokens, in order."""
-        return [v for s in self.segments for v, m in zip(s.versions, s.loss_mask) if m]
+        return [v for s in self.segments for v, m in zip(s.versions, s.loss_mask, strict=True) if m]
 
     @property
     def min_version(self) -> int:

@@ -1,13 +1,158 @@
-"""`hexsearch ask`: Run one agent episode on a question and show the trace."""
+"""`hexsearch ask "QUESTION" [CONFIG] [key=value ...]`: one agent episode with a live trace.
+
+Runs the same agent as training and evaluation (agent.loop) with the configured engine and tools
+(default: the embedded SmolLM2 over the offline world's local index), prints each thought, tool
+call, result summary and the answer as they happen (`--quiet`: only the answer), and saves the
+trajectory JSONL under `<run>/trajectories/ask.jsonl`. When the question is one of the world's
+QA questions (or `--gold` is given) the answer is scored.
+
+Without a config file the CPU-learning recipe is applied first (prefilled `<search>`/`<answer>`
+tags, a worked example, greedy decoding), because small models such as SmolLM2-135M do not act
+without it; any `agent.*` override on the command line wins.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
 import typer
 
-from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, not_available
+from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli, open_run
+
+SMALL_MODEL_RECIPE = ["agent.prefill=tags", "agent.worked_example=true", "agent.lenient_tags=true",
+                      "agent.read_search_results=false", "agent.max_tool_calls=1", "agent.temperature=0"]
+"""Applied when no config file is given (see the module docstring)."""
+
+
+class TracePrinter:
+    """Prints agent events as they happen (rich markup; nothing but the answer when quiet)."""
+
+    def __init__(self, quiet: bool = False, console: Any = None):
+        from rich.console import Console
+
+        self.quiet = quiet
+        self.console = console or Console(highlight=False)
+
+    def __call__(self, e) -> None:
+        from rich.markup import escape
+
+        d, say = e.data, self.console.print
+        if self.quiet:
+            return
+        if e.kind == "start":
+            say(f"[bold]Question:[/bold] {escape(d['question'])}  [dim]({d['prompt_tokens']} prompt tokens)[/dim]")
+        elif e.kind == "thought":
+            say(f"[dim]  think[/dim] [italic]{escape(_short(d['text']))}[/italic]")
+        elif e.kind == "notes":
+            say(f"[dim]  notes {escape(_short(d['text']))}[/dim]")
+        elif e.kind == "tool_call":
+            args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in d["args"].items())
+            say(f"[cyan]  -> {escape(d['name'])}({escape(args)})[/cyan]")
+        elif e.kind == "tool_result":
+            style, what = ("red", f"error: {d['error']}") if d["error"] else ("green", d["summary"])
+            parts = f", {d['parts']} parts" if d.get("parts", 1) > 1 else ""
+            cached = ", cached" if d.get("cached") else ""
+            say(f"[{style}]  <- {escape(_short(what, 140))}[/{style}] [dim]({d['latency_s'] * 1e3:.0f} ms{cached}{parts})[/dim]")
+        elif e.kind == "format_error":
+            say(f"[yellow]  format error: {escape('; '.join(d['errors']))}[/yellow]")
+        elif e.kind == "compact":
+            say(f"[dim]  (context full: {d['dropped']} oldest turns dropped)[/dim]")
+        elif e.kind == "answer":
+            say(f"[bold green]Answer:[/bold green] {escape(d['text'])}")
+        elif e.kind == "stop" and d["reason"] != "answered":
+            extra = f": {d['error']}" if d.get("error") else ""
+            say(f"[bold red]Stopped ({escape(d['reason'] + extra)})[/bold red]")
+
+
+def _short(text: str, n: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def find_world_item(world_dir: Path | None, question: str):
+    """The world's QA item whose question is exactly `question` (gold answers for scoring), if any."""
+    if world_dir is None:
+        return None
+    from agent.qa import load_qa
+
+    for path in sorted(Path(world_dir).glob("qa_*.jsonl")):
+        for item in load_qa(path):
+            if item.question.strip() == question.strip():
+                return item
+    return None
+
+
+async def ask_episode(question: Any, engine: Any, tools: dict, agent_cfg: Any, *, printer: TracePrinter,
+                      seed: int = 0):
+    """Run one traced episode (separate from the CLI so tests can drive it with any engine)."""
+    from agent.loop import run_episode
+
+    return await run_episode(question, engine, tools, agent_cfg, seed=seed, on_event=printer)
+
+
+def _world_dir(cfg) -> Path | None:
+    if cfg.tools.search_backend != "local" or cfg.tools.index_dir:
+        return None
+    from datagen.world import resolve_world
+
+    return resolve_world(cfg.world)
+
+
+async def _run(question: str, cfg, quiet: bool, gold: list[str]) -> int:
+    from agent.qa import QAItem
+    from serving.factory import build_engine
+    from tools.factory import build_tools
+
+    run = open_run(cfg, "ask")
+    printer = TracePrinter(quiet)
+    world = _world_dir(cfg)
+    item = find_world_item(world, question)
+    if gold:
+        item = QAItem(item.id if item else "ask", question, list(gold), [])
+    if not quiet:
+        printer.console.print(f"[dim]engine {cfg.engine.backend}:{cfg.engine.model}; tools "
+                              f"{cfg.tools.search_backend}{' over ' + str(world) if world else ''}; run {run.path}[/dim]")
+    tools = build_tools(cfg.tools, world_dir=world)
+    engine = build_engine(cfg.engine)
+    try:
+        traj = await ask_episode(item or question, engine, tools, cfg.agent, printer=printer, seed=cfg.run.seed)
+    finally:
+        for obj in (engine, *tools.values()):
+            close = getattr(obj, "aclose", None)
+            if close is not None:
+                await close()
+    out = run.trajectories / "ask.jsonl"
+    with open(out, "a", encoding="utf-8") as fh:
+        fh.write(traj.to_json() + "\n")
+    summary = {"question": question, "prediction": traj.prediction, "stop_reason": traj.stop_reason,
+               "turns": traj.num_turns, "tool_calls": len(traj.tool_calls), "reward": traj.reward,
+               "gold": traj.gold, "timings": traj.timings, "trajectory": str(out)}
+    run.write_json(run.results, summary)
+    if quiet:
+        typer.echo(traj.prediction if traj.prediction is not None else f"(no answer: {traj.stop_reason})")
+    else:
+        score = f"; reward {traj.reward:.2f} (gold: {' | '.join(traj.gold)})" if traj.gold else ""
+        printer.console.print(f"[dim]{traj.num_turns} turns, {len(traj.tool_calls)} tool calls, "
+                              f"{traj.timings['total']:.1f} s{score}; trajectory saved to {out}[/dim]")
+    return 0 if traj.stop_reason == "answered" else 1
 
 
 def register(app: typer.Typer) -> None:
     @app.command("ask", help="Run one agent episode on a question and show the trace.")
-    def _cmd(config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG) -> None:
-        not_available("ask", "a later issue fills it")
+    def _cmd(question: str = typer.Argument(..., help="The question to answer."),
+             config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
+             quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the answer."),
+             gold: list[str] = typer.Option(None, "--gold", help="A gold answer to score against (repeatable).")) -> None:
+        has_file = config is not None and not ("=" in config and not Path(config).exists())
+        extra = [] if has_file else SMALL_MODEL_RECIPE
+        if config is not None and not has_file:
+            overrides, config = [config, *(overrides or [])], None
+        cfg = config_from_cli(config, [*extra, *(overrides or [])])
+        try:
+            code = asyncio.run(_run(question, cfg, quiet, list(gold or [])))
+        except (ValueError, FileNotFoundError, RuntimeError) as e:
+            raise UserError(f"ask: {e}") from e
+        raise typer.Exit(code)

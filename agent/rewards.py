@@ -1,0 +1,153 @@
+"""Answer rewards: EM, F1, sub-EM (SQuAD normalisation), ASearcher's set-F1, and the episode reward.
+
+SQuAD normalisation (`normalize_answer`), applied in this order:
+    lowercase -> drop ASCII punctuation -> drop the articles a/an/the (whole words) -> collapse whitespace
+
+    em(p, g)     = 1 if norm(p) == norm(g) else 0
+    f1(p, g)     = 2 P R / (P + R), P = |common| / |tokens(p)|, R = |common| / |tokens(g)|, where
+                   common is the multiset intersection of the normalised tokens (SQuAD); 1 when both
+                   are empty, 0 when only one is
+    sub_em(p, g) = 1 if the tokens of norm(g) appear as a contiguous run in the tokens of norm(p)
+                   (word-level containment: "1642" is in "in 1642", "art" is not in "party")
+    set_f1(p, g) = F1 over token *sets* after ASearcher's normalisation (lowercase, punctuation to
+                   spaces, no article removal), with CJK characters as single tokens (digit and Latin
+                   runs stay whole): kept for comparability with ASearcher's numbers
+
+Episode reward (`episode_reward`), with s(p, G) = max over gold aliases g in G of the metric:
+    s     = s(p, answers)                                          without aug answers
+    s     = (1 - w) s(p, answers) + w max(s(p, answers), s(p, aug)) with aug answers (ASearcher w = 0.3)
+    r     = 0                        when the agent never answered
+    r     = 0                        when `format_gate` and any turn had a format error
+    r     = invalid_penalty (-0.5)   when the prompt was forced-valid and the answer says the question
+                                     is invalid (overrides the gate, as in ASearcher)
+So an answer matching only an aug alias earns w; matching a main answer earns 1.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_INVALID_WORDS = {"invalid", "valid", "question", "appropriate"}
+
+
+def normalize_answer(s: str) -> str:
+    """SQuAD normalisation: lowercase, no punctuation, no articles, single spaces."""
+    s = "".join(ch for ch in s.lower() if ch not in _PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def exact_match(pred: str, gold: str) -> float:
+    return float(normalize_answer(pred) == normalize_answer(gold))
+
+
+def f1_score(pred: str, gold: str) -> float:
+    p, g = normalize_answer(pred).split(), normalize_answer(gold).split()
+    if not p or not g:
+        return float(p == g)
+    same = sum((Counter(p) & Counter(g)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p), same / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def sub_em(pred: str, gold: str) -> float:
+    p, g = normalize_answer(pred).split(), normalize_answer(gold).split()
+    if not g:
+        return float(not p)
+    return float(any(p[i:i + len(g)] == g for i in range(len(p) - len(g) + 1)))
+
+
+def _set_tokens(s: str) -> set[str]:
+    s = "".join(" " if ch in _PUNCT else ch for ch in s.lower())
+    s = _CJK.sub(lambda m: f" {m.group(0)} ", s)
+    return set(s.split())
+
+
+def set_f1(pred: str, gold: str) -> float:
+    p, g = _set_tokens(pred), _set_tokens(gold)
+    if not p or not g:
+        return float(p == g)
+    same = len(p & g)
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p), same / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+METRICS: dict[str, Callable[[str, str], float]] = {"em": exact_match, "f1": f1_score, "sub_em": sub_em,
+                                                   "set_f1": set_f1}
+
+
+def best_over(metric: Callable[[str, str], float], pred: str, golds: Sequence[str]) -> float:
+    """Max of a metric over gold aliases (0 when there are none)."""
+    return max((metric(pred, g) for g in golds), default=0.0)
+
+
+def answer_score(pred: str, golds: Sequence[str], aug: Sequence[str] = (), metric: str = "f1",
+                 aug_weight: float = 0.3) -> float:
+    """s of the module docstring: the metric against the answers, with aug answers weighted by w."""
+    fn = METRICS[metric]
+    s = best_over(fn, pred, golds)
+    if not aug:
+        return s
+    return (1 - aug_weight) * s + aug_weight * max(s, best_over(fn, pred, aug))
+
+
+def says_invalid(pred: str) -> bool:
+    """True when an answer declares the question invalid (ASearcher's keywords, matched as whole words)."""
+    return bool(_INVALID_WORDS & set(normalize_answer(pred).split()))
+
+
+def episode_reward(pred: str | None, golds: Sequence[str], aug: Sequence[str] = (), *, metric: str = "f1",
+                   aug_weight: float = 0.3, format_errors: int = 0, format_gate: bool = True,
+                   forced_valid: bool = True, invalid_penalty: float = -0.5,
+                   score: float | None = None) -> tuple[float, dict[str, Any]]:
+    """The reward of an episode and what it was made of. `score` overrides the metric (an LLM judge's)."""
+    info: dict[str, Any] = {"metric": metric, "answered": pred is not None, "format_ok": format_errors == 0}
+    if pred is not None:
+        for name, fn in METRICS.items():
+            info[name] = best_over(fn, pred, golds)
+    s = 0.0 if pred is None else score if score is not None else answer_score(pred, golds, aug, metric, aug_weight)
+    info["score"] = s
+    reward = s
+    if format_gate and format_errors:
+        reward = 0.0
+    info["invalid"] = pred is not None and forced_valid and says_invalid(pred)
+    if info["invalid"]:
+        reward = invalid_penalty
+    return reward, info
+
+
+async def score_episode(traj: Any, golds: Sequence[str], aug: Sequence[str], config: Any, forced_valid: bool,
+                        judge: Any = None) -> tuple[float, dict[str, Any]]:
+    """The reward of a finished trajectory under an AgentConfig (`reward=judge` asks the LLM judge:
+    1 when it says the answer matches a gold answer, w when it matches only an aug answer)."""
+    c = config
+    score, extra = None, {}
+    if c.reward == "judge":
+        score = 0.0  # stays 0 with no answer or no gold answers
+        if traj.prediction is not None and golds:
+            from agent.judge import judge_info
+
+            verdict = await judge.judge(traj.question, list(golds), traj.prediction)
+            score, extra = float(bool(verdict.correct)), judge_info(verdict)
+            if not verdict.correct and aug:
+                verdict_aug = await judge.judge(traj.question, list(aug), traj.prediction)
+                score = c.aug_answer_weight * float(bool(verdict_aug.correct))
+                extra["judge_aug"] = verdict_aug.correct
+    reward, info = episode_reward(traj.prediction, golds, aug, metric=c.reward, aug_weight=c.aug_answer_weight,
+                                  format_errors=traj.format_errors, format_gate=c.format_gate,
+                                  forced_valid=forced_valid, invalid_penalty=c.invalid_penalty, score=score)
+    info.update(extra)
+    if not golds:
+        info["no_gold"] = True
+    return reward, info
