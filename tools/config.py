@@ -15,21 +15,56 @@ class ToolsConfig:
     """Base URL of a Search-R1-compatible retrieval service, for the `url` backend."""
     topk: int = 5
     """Search results returned per query."""
+    snippet_chars: int = 1000
+    """Longest snippet shown per search result (local and `url` backends return whole passages)."""
+    serper_url: str = "https://google.serper.dev/search"
+    """Serper endpoint (overridable for a proxy or a test server)."""
+    serper_api_key_env: str = "SERPER_API_KEY"
+    """Environment variable holding the Serper API key (keys never go in config files or logs)."""
+    serper_cost_per_query: float = 0.001
+    """Dollars per Serper query, for cost accounting."""
     allow_hosts: list[str] = field(default_factory=list)
     """Hosts or CIDRs page access may fetch even though they are private/loopback (e.g. a test fixture server)."""
+    web_access: bool = True
+    """Let `access` fetch URLs that are not in the local page store (through the URL guard)."""
+    pages_path: str = ""
+    """Page store for local-world URLs: pages.jsonl or pages.sqlite. Empty: the index folder's pages.sqlite."""
     timeout_s: float = 30.0
     """Per-call timeout of every tool, in seconds."""
     max_concurrency: int = 32
     """Concurrent calls per tool (a semaphore)."""
     retries: int = 3
     """Retries with exponential backoff on transient errors (timeouts, 429, 5xx)."""
+    backoff_initial_s: float = 0.5
+    """First retry delay; doubles per retry (with jitter) up to `backoff_max_s`."""
+    backoff_max_s: float = 8.0
+    """Longest delay between retries, unless the server's Retry-After asks for more."""
+    max_retry_after_s: float = 30.0
+    """Longest Retry-After (429/503) honoured; longer requests are capped to this."""
+    cache_enabled: bool = True
+    """Keep a persistent cache of successful tool results."""
     cache_path: str = ""
     """SQLite cache of tool results. Empty: `<cache dir>/tools.sqlite`."""
     cache_ttl_s: float = 7 * 24 * 3600.0
     """Seconds a cached tool result stays valid."""
     max_page_bytes: int = 5_000_000
     """Largest page body page access downloads."""
+    max_redirects: int = 5
+    """Redirect hops page access follows (each one re-checked by the URL guard)."""
+    content_types: list[str] = field(default_factory=lambda: [
+        "text/html", "application/xhtml+xml", "text/plain", "text/markdown", "application/pdf"])
+    """Content types page access reads; anything else is refused."""
     page_chunk_chars: int = 4000
     """Characters per numbered page chunk shown to the agent."""
     max_page_chunks: int = 10
     """Most chunks kept per page."""
+    retrieval_max_batch: int = 64
+    """Most queries batched together: encoded at once (`local`) or sent in one request (`url`)."""
+    retrieval_max_wait_ms: float = 2.0
+    """How long a retrieval batch waits for more queries after the first one arrives (`local` and `url`)."""
+    query_cache_size: int = 10_000
+    """Query embeddings kept in the retriever's LRU cache."""
+    threads: int = 0
+    """Torch/FAISS threads for the local retriever (0: leave the library defaults)."""
+    retrieval_worker: str = "thread"
+    """Where the `local` backend encodes: `thread` (in this process) or `process` (a worker process; no GIL contention with the agent)."""

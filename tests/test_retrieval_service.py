@@ -1,0 +1,215 @@
+"""The retrieval service over loopback: Search-R1/ASearcher wire formats, cross-request batching, stats."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fixtures.world import questions, world_index
+
+from serving.retrieval_server import ServerThread, create_app
+from tools.batcher import RetrievalBatcher, bucket
+from tools.retriever import Retriever
+
+
+@pytest.fixture(scope="module")
+def world():
+    return world_index()
+
+
+@pytest.fixture(scope="module")
+def retriever(world):
+    return Retriever(world[1])
+
+
+@pytest.fixture(scope="module")
+def service(world):
+    """The service as `hexsearch serve retrieval` runs it: the index loaded by a worker process."""
+    with ServerThread(create_app(world[1], default_topk=3, max_batch=32, max_wait_ms=2.0)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def qs(world):
+    return [q["question"] for q in questions(world[0])][:80]
+
+
+def post(srv, path, body):
+    return httpx.post(srv.url + path, json=body, timeout=120)
+
+
+def ids(rows):
+    return [[d["id"] for d in row] for row in rows]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5])
+def test_retrieve_both_formats_any_number_of_queries(service, retriever, qs, n):
+    """return_scores true AND false, for 0, 1, 2 (Search-R1's broken case), 3 and 5 queries."""
+    expected = retriever.search(qs[:n], 4)
+    with_scores = post(service, "/retrieve", {"queries": qs[:n], "topk": 4, "return_scores": True})
+    without = post(service, "/retrieve", {"queries": qs[:n], "topk": 4, "return_scores": False})
+    assert with_scores.status_code == without.status_code == 200
+    a, b = with_scores.json()["result"], without.json()["result"]
+    assert len(a) == len(b) == n
+    assert [[x["document"] for x in row] for row in a] == b  # same documents, with and without scores
+    assert ids(b) == [[h.doc["id"] for h in row] for row in expected]
+    for row, exp in zip(a, expected, strict=True):
+        assert [x["score"] for x in row] == pytest.approx([h.score for h in exp], abs=1e-4)
+        assert set(row[0]["document"]) >= {"id", "title", "url", "contents"}
+
+
+def test_defaults_match_search_r1(service, qs):
+    body = post(service, "/retrieve", {"queries": qs[:2]}).json()
+    assert len(body["result"][0]) == 3  # server --topk
+    assert "id" in body["result"][0][0] and "document" not in body["result"][0][0]  # return_scores=false
+
+
+def test_search_r1_client_rendering(service, qs):
+    """What Search-R1's client does with a response (`_passages2string`) works unchanged."""
+    result = post(service, "/retrieve", {"queries": [qs[0]], "topk": 3, "return_scores": True}).json()["result"]
+    text = ""
+    for idx, item in enumerate(result[0]):
+        content = item["document"]["contents"]
+        title, body = content.split("\n")[0], "\n".join(content.split("\n")[1:])
+        text += f"Doc {idx + 1}(Title: {title}) {body}\n"
+    assert text.count("Doc ") == 3 and '(Title: "' in text
+
+
+def test_bad_requests_are_422(service):
+    assert post(service, "/retrieve", {"queries": ["x"], "topk": 0}).status_code == 422
+    assert post(service, "/retrieve", {"queries": "not a list"}).status_code == 422
+    assert post(service, "/retrieve", {"topk": 3}).status_code == 422
+    assert post(service, "/access", {"url": "x"}).status_code == 422
+
+
+def test_access_in_asearcher_format(service, world):
+    page_url = questions(world[0], hops=1)[0]["chain"][0]
+    body = post(service, "/access", {"urls": [page_url, "https://hexwiki.test/wiki/No_Such_Page",
+                                              page_url.replace("https://", "http://")]}).json()
+    page, missing, variant = body["result"]
+    assert page["url"] == page_url and page["contents"] and missing is None and variant == page
+    assert post(service, "/access", {"urls": []}).json() == {"result": []}
+
+
+def test_concurrent_clients_are_batched_and_correct(service, retriever, qs):
+    before = httpx.get(service.url + "/stats").json()
+
+    async def client(i: int, c: httpx.AsyncClient):
+        k = 2 + i % 3
+        r = await c.post(service.url + "/retrieve", json={"queries": [qs[i]], "topk": k, "return_scores": True})
+        return i, k, r.json()["result"][0]
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as c:
+            return await asyncio.gather(*(client(i, c) for i in range(64)))
+
+    results = asyncio.run(burst())
+    expected = {k: retriever.search(qs[:64], k) for k in (2, 3, 4)}
+    for i, k, row in results:
+        assert [x["document"]["id"] for x in row] == [h.doc["id"] for h in expected[k][i]], qs[i]
+    after = httpx.get(service.url + "/stats").json()
+    new_batches = after["batching"]["batches"] - before["batching"]["batches"]
+    assert after["batching"]["queries"] - before["batching"]["queries"] == 64
+    assert new_batches < 64  # some requests shared a batch
+    assert any(int(label.split("-")[0]) > 1 for label in after["batching"]["batch_size_histogram"])
+
+
+def test_health_and_stats(service, retriever):
+    health = httpx.get(service.url + "/health").json()
+    assert health == {"status": "ok", "docs": retriever.size, "dim": 384, "index_type": "flat",
+                      "encoder": "minilm", "pages": True}
+    post(service, "/retrieve", {"queries": ["repeat me"] * 2})
+    post(service, "/retrieve", {"queries": ["repeat me"]})
+    stats = httpx.get(service.url + "/stats").json()
+    assert stats["retrieve"]["requests"] >= 2 and stats["retrieve"]["p99_ms"] >= stats["retrieve"]["p50_ms"] > 0
+    assert stats["query_cache"]["hits"] >= 2  # the repeated query was encoded once
+    assert set(stats["time_s"]) == {"encode_s", "search_s", "fetch_s"} and stats["worker"] == "ProcessRunner"
+
+
+def test_a_killed_worker_is_replaced(service, qs):
+    """The worker process dies: the next request gets a retryable 503, then a new worker serves."""
+    assert post(service, "/retrieve", {"queries": qs[:1]}).status_code == 200
+    runner = service.app.state.batcher.runner
+    (pid,) = list(runner.executor._processes)
+    os.kill(pid, signal.SIGKILL)
+    while alive(pid):
+        time.sleep(0.05)
+    failed = post(service, "/retrieve", {"queries": qs[1:2]})
+    assert failed.status_code == 503 and "BrokenProcessPool" in failed.json()["detail"]
+    again = post(service, "/retrieve", {"queries": qs[1:2], "topk": 2})
+    assert again.status_code == 200 and len(again.json()["result"][0]) == 2
+    assert pid not in runner.executor._processes
+
+
+def test_thread_worker_serves_the_same_results(retriever, service, qs):
+    with ServerThread(create_app(retriever, default_topk=3)) as threaded:
+        a = post(threaded, "/retrieve", {"queries": qs[:6], "return_scores": True}).json()
+        stats = httpx.get(threaded.url + "/stats").json()
+    b = post(service, "/retrieve", {"queries": qs[:6], "return_scores": True}).json()
+    assert ids([[x["document"] for x in row] for row in a["result"]]) == \
+        ids([[x["document"] for x in row] for row in b["result"]])
+    assert stats["worker"] == "ThreadRunner"
+
+
+async def test_batcher_in_process_groups_callers(retriever, qs):
+    batcher = RetrievalBatcher(retriever, max_batch=16, max_wait_ms=50)
+    results = await asyncio.gather(*(batcher.search([q], 3) for q in qs[:40]))
+    assert [[h.rowid for h in r[0]] for r in results] == [[h.rowid for h in row] for row in retriever.search(qs[:40], 3)]
+    stats = batcher.stats()
+    assert stats["queries"] == 40 and stats["batches"] <= 5 and max(int(k.split("-")[0]) for k in stats["batch_size_histogram"]) >= 8
+    await batcher.aclose()
+    assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 64)] == ["1", "2-3", "2-3", "4-7", "4-7", "8-15", "64-127"]
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_cli_serve_retrieval(world, tmp_path, qs):
+    addr = tmp_path / "addr.txt"
+    proc = subprocess.Popen([sys.executable, "-m", "hexsearch.cli", "-q", "serve", "retrieval", "--index", str(world[1]),
+                             "--port", "0", "--addr-file", str(addr), "--topk", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while not addr.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.time() < deadline, "service did not start"
+            time.sleep(0.2)
+        url = "http://" + addr.read_text().strip()
+        body = httpx.post(url + "/retrieve", json={"queries": qs[:2]}, timeout=60).json()
+        assert len(body["result"]) == 2 and len(body["result"][0]) == 2
+        assert httpx.get(url + "/health", timeout=10).json()["status"] == "ok"
+        workers = children(proc.pid)
+        assert workers  # the encoder runs in a worker process
+        proc.kill()  # even a SIGKILLed service must not leave its worker behind
+        proc.wait(timeout=30)
+        deadline = time.time() + 30
+        while any(alive(pid) for pid in workers) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in workers)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    bad = subprocess.run([sys.executable, "-m", "hexsearch.cli", "serve", "retrieval", "--index", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "not an index folder" in bad.stderr
