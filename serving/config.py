@@ -23,5 +23,16 @@ class EngineConfig:
     """Longest prompt + output the engine accepts, in tokens."""
     threads: int = 0
     """Torch CPU threads for the embedded engine (0: leave torch's default)."""
+    prefill_chunk_tokens: int = 1024
+    """Embedded engine: prompt tokens prefilled per forward pass; running requests take one decoding step
+    between two chunks, so a long prompt never stalls them for long."""
+    kv_cache_gb: float = 2.0
+    """Embedded engine: memory bound of the running batch's KV slots (rows x longest projected length);
+    requests wait for admission when the batch would exceed it."""
+    prefix_cache_gb: float = 1.0
+    """Embedded engine: KV of finished requests kept by request id (LRU), so the next turn of a multi-turn
+    agent prefills only its new tokens; 0 disables it."""
+    seed: int = 0
+    """Embedded engine: seed of the shared sampling stream (requests with their own `seed` use their own)."""
     request_timeout_s: float = 600.0
     """Timeout of one generate call against a remote engine."""

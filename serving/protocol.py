@@ -34,6 +34,8 @@ class SamplingParams:
     """Stop token ids (the engine adds the tokenizer's EOS itself)."""
     seed: int | None = None
     """Per-request seed for reproducible sampling (not forwarded to vLLM on CPU: it crashes there)."""
+    ignore_eos: bool = False
+    """Keep generating past EOS (vLLM's `ignore_eos`; benchmarks use it for fixed output lengths)."""
 
 
 @dataclass
