@@ -1,8 +1,26 @@
-"""Asynchronous RL configuration (section `train`)."""
+"""Asynchronous RL configuration (section `train`).
+
+Units, used consistently everywhere: the staleness rule counts **groups** (one question x
+`group_size` trajectories); the concurrency cap counts **episodes** (what loads the engines).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+
+@dataclass
+class RoleResources:
+    """What one Ray actor of a role asks the scheduler for (placement from config)."""
+
+    num_cpus: float = 1.0
+    """Logical CPUs reserved for the actor (inside it, torch uses `threads` or this many threads)."""
+    num_gpus: float = 0.0
+    """GPUs reserved for the actor (fractions allowed, e.g. 0.5 to colocate two roles on one GPU)."""
+    resources: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources, e.g. {"H100": 1} to pin a role to a GPU type, or {"node:10.0.0.2": 0.01}."""
+    threads: int = 0
+    """Torch CPU threads inside the actor (0: `num_cpus`, at least 1)."""
 
 
 @dataclass
@@ -13,6 +31,9 @@ class TrainConfig:
     """Dev questions for periodic evaluation. Empty: the world's dev split."""
     steps: int = 50
     """Optimizer steps (weight versions) to train."""
+    time_budget_min: float = 0.0
+    """Stop starting new steps after this many minutes of wall clock (setup included; 0: no budget).
+    The final evaluation still runs, so leave it a minute or two below a hard deadline."""
     batch_size: int = 8
     """Questions (groups) per training step; the unit of the staleness rule."""
     group_size: int = 4
@@ -20,26 +41,90 @@ class TrainConfig:
     max_staleness: int = 4
     """Most weight versions a consumed sample may lag behind; 0 is synchronous RL."""
     max_concurrent_rollouts: int = 64
-    """Most episodes in flight across all rollout workers."""
+    """Most episodes in flight across all rollout workers (a group of `group_size` episodes is admitted whole)."""
     rollout_workers: int = 2
     """Ray rollout worker actors."""
+    worker_concurrency: int = 64
+    """Most episodes one rollout worker runs at once on its asyncio loop."""
+    engine_replicas: int = 1
+    """Embedded engine actors (requests are routed to one of them by request id, so a trajectory stays on one)."""
+    learner_workers: int = 1
+    """Data-parallel learner processes (torch.distributed: gloo on CPU, NCCL on GPU)."""
     lr: float = 3e-5
-    """Learning rate."""
+    """Learning rate (AdamW)."""
+    lr_warmup_steps: int = 0
+    """Linear warm-up steps of the learning rate."""
+    lr_schedule: str = "constant"
+    """After warm-up: `constant` or `cosine` (to 10% of `lr` at `steps`)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
     advantage: str = "grpo"
-    """Group-relative advantage estimator: `grpo`, `rloo` or `drgrpo`."""
+    """Group-relative advantage estimator: `grpo` ((r-mean)/(std+eps)), `rloo` (leave-one-out) or `drgrpo` (r-mean)."""
+    filter_groups: str = "drop"
+    """Zero-variance groups: `reject` (at completion; frees the slot, steps wait for B useful groups),
+    `drop` (counted in the step's B groups, left out of the loss: variable-size batches) or `none`."""
     eps_clip: float = 0.2
     """PPO clip epsilon (lower)."""
     eps_clip_high: float = 0.28
     """PPO clip epsilon (upper, DAPO-style clip-higher)."""
     behav_weight_cap: float = 5.0
-    """Tokens whose behaviour weight pi_prox/pi_behav exceeds this are masked from the loss."""
+    """Tokens whose behaviour weight pi_prox/pi_behav exceeds this are masked from the loss (0: no cap)."""
+    prox_logp: str = "recompute"
+    """How pi_prox is obtained: `recompute` (forward pass with the pre-step weights) or `loglinear`
+    (interpolated from behaviour and current log-probs by version, AReaL's approximation)."""
+    minibatches: int = 1
+    """Optimizer steps per training batch (PPO minibatches). With 1, pi_prox comes free from the update's own forward."""
+    micro_batch_tokens: int = 2048
+    """Token budget of one packed micro-batch (sequences are packed first-fit-decreasing into micro-batches)."""
+    packing: str = "pad"
+    """Micro-batch layout: `pad` (rows padded to the longest, sorted by length; fastest with CPU SDPA) or
+    `concat` (sequences concatenated in one row with restarting position ids: block-diagonal attention)."""
+    share_prefix: bool = True
+    """Forward the prefix all rows of a micro-batch share (system prompt, a group's question) once and
+    reuse its keys/values for every row (`pad` packing; exact, ~35% less compute for G=4 groups)."""
     lora_rank: int = 0
     """LoRA rank; 0 trains all weights."""
+    lora_alpha: float = 32.0
+    """LoRA alpha (scale = alpha / rank)."""
     lora_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """Modules that get LoRA adapters."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
     grad_clip: float = 1.0
-    """Gradient-norm clip."""
+    """Gradient-norm clip (0: off)."""
     eval_every: int = 5
     """Evaluate on the dev split every N steps (0: only before and after)."""
+    eval_questions: int = 32
+    """Dev questions per evaluation (the first N of the dev split; the same ones every time)."""
+    eval_temperature: float = 0.0
+    """Sampling temperature of dev evaluation (0: greedy)."""
+    eval_seed: int = 1234
+    """Sampling seed of dev evaluation, so before/after compare the same questions under the same seed."""
     save_every: int = 10
     """Checkpoint every N steps (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """Most recent checkpoints kept on disk."""
+    ray_address: str = ""
+    """Ray cluster to join (`auto`, `ray://host:10001`, `host:6379`). Empty: start a local Ray."""
+    engine_resources: RoleResources = field(default_factory=RoleResources)
+    """Placement of each embedded engine actor."""
+    learner_resources: RoleResources = field(default_factory=RoleResources)
+    """Placement of each learner actor."""
+    rollout_resources: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.0, threads=1))
+    """Placement of each rollout worker actor (asyncio and tool I/O: needs little CPU)."""
+    worker_max_restarts: int = 3
+    """Times Ray restarts a crashed rollout worker; its lost groups are re-run."""
+    tool_latency_median_s: float = 0.0
+    """Simulated extra tool latency, log-normal with this median (0: off); mimics a web API on local tools."""
+    tool_latency_p99_s: float = 5.0
+    """99th percentile of the simulated tool latency."""
+    tensorboard: bool = True
+    """Write TensorBoard event files to `<run>/tb`."""
+    wandb: bool = False
+    """Also log to Weights & Biases (when installed)."""
+    wandb_project: str = "hexsearch"
+    """W&B project name."""
+    save_trajectories: bool = True
+    """Append every consumed trajectory to `<run>/trajectories/train.jsonl`."""

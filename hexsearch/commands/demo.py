@@ -1,39 +1,51 @@
-"""`hexsearch demo`: the most complete main job that exists, on the embedded CPU default (`make demo`).
+"""`hexsearch demo`: the main job on the CPU default (`make demo`): the quickstart training run.
 
-Today that is the offline world: generate it into a fresh run folder, print its summary, and walk
-through one multi-hop question with the sentences on each chain article that answer it. (The
-trainer issue turns this into a training run on that world.)
+It prints one line about the offline world it trains on, then trains the embedded SmolLM2 with
+`configs/quickstart.yaml` (plus any overrides) and ends with
+`RESULT train dev_reward_before=<x> dev_reward_after=<y> steps=<n> minutes=<m>`.
+`hexsearch world generate` prints the full world summary.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
-from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, config_from_cli, open_run
+from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli
+
+QUICKSTART = "configs/quickstart.yaml"
+
+
+def quickstart_path() -> str:
+    """configs/quickstart.yaml of the working directory, else of the source checkout."""
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (base / QUICKSTART).exists():
+            return str(base / QUICKSTART)
+    raise UserError(f"{QUICKSTART} not found: run `hexsearch demo` from the repository root or pass a config")
+
+
+def world_line(cfg) -> str:
+    """One line about the world a config trains on (generated and cached on first use)."""
+    from datagen.world import resolve_world
+
+    folder = resolve_world(cfg.world)
+    info = json.loads((folder / "world.json").read_text(encoding="utf-8"))
+    splits = info.get("questions", {}).get("by_split", {})
+    counts = "/".join(str(splits.get(s, "?")) for s in ("train", "dev", "test"))
+    return (f"world: {sum(info.get('entities', {}).values())} entities, {info.get('passages', '?')} articles, "
+            f"questions train/dev/test {counts} ({folder})")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("demo", help="Run the quickstart main job (what `make demo` runs).")
+    @app.command("demo", help="Run the quickstart main job (what `make demo` runs): train SmolLM2 on the "
+                              "offline world on CPU, ending with a RESULT line.")
     def _demo(config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG) -> None:
-        from hexsearch.commands.world import print_samples, print_summary, run_generate
+        from hexsearch.commands.train import run_training
 
-        cfg = config_from_cli(config, overrides)
-        run = open_run(cfg, "demo")
-        w = cfg.world
-        out = run.path / "world"
-        summary, seconds = run_generate(out, entities=w.entities, seed=w.seed, max_hops=w.max_hops,
-                                        min_hops=w.min_hops, short_articles=w.short_articles,
-                                        questions_per_entity=w.questions_per_entity, splits=tuple(w.splits))
-        print_summary(summary, out, seconds)
-        with open(out / "qa_dev.jsonl", encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
-        want = min(3, w.max_hops)
-        sample = [r for r in rows if r["type"] == "bridge" and r["hops"] == want][:1] or rows[:1]
-        if sample:
-            typer.echo("\nA sample dev question, with the sentence each chain article contributes:")
-            print_samples(out, sample)
-        run.write_json(run.results, {"world_dir": str(out), "world": summary, "seconds": round(seconds, 3),
-                                     "sample": sample[0]["id"] if sample else None})
-        typer.echo(f"\nrun folder: {run.path}")
+        if config is not None and "=" in config and not Path(config).exists():
+            overrides, config = [config, *(overrides or [])], None
+        path = config or quickstart_path()
+        typer.echo(world_line(config_from_cli(path, overrides)))
+        run_training(path, overrides)

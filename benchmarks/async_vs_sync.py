@@ -1,0 +1,103 @@
+"""Fully asynchronous RL (max_staleness=4) against synchronous RL (max_staleness=0), same workload.
+
+The local search tool gets heavy-tailed latency like a real web API: log-normal with median 0.5 s
+and 99th percentile 5 s. Synchronous RL waits at every step for the slowest of B x G episodes;
+asynchronous RL keeps generating while the learner trains, within the staleness bound. Both runs use
+the same code (`trainer.train.train`), model, world, agent and seeds; only max_staleness differs.
+
+Metric: trained samples per second = steps * B * G / (sum of the loop's step times), so setup (Ray,
+world, model loads) is excluded and evaluation is off. Prints
+`RESULT async_vs_sync ratio=<async samples/s / sync samples/s> ...` and writes
+benchmarks/results/async_vs_sync.json.
+
+    .venv/bin/python benchmarks/async_vs_sync.py [--model tiny-random] [--steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HEXSEARCH_QUIET", "1")
+
+WORKLOAD = """
+engine: {{model: {model}, max_batch_size: 64, max_model_len: 1024}}
+world: {{entities: 60, max_hops: 1, short_articles: true, out: {world}}}
+tools: {{topk: 2, snippet_chars: 160}}
+agent: {{prefill: tags, worked_example: true, lenient_tags: true, read_search_results: false,
+        max_turns: 2, max_tool_calls: 1, max_new_tokens: 16, max_context_tokens: 1024}}
+train:
+  steps: {steps}
+  batch_size: {batch}
+  group_size: {group}
+  rollout_workers: 2
+  max_concurrent_rollouts: 128
+  filter_groups: none
+  eval_questions: 0
+  eval_every: 0
+  save_every: 0
+  tool_latency_median_s: 0.5
+  tool_latency_p99_s: 5.0
+  engine_resources: {{num_cpus: 1, threads: 1}}
+  learner_resources: {{num_cpus: 1, threads: 1}}
+"""
+
+
+def run_once(root: Path, name: str, staleness: int, args) -> dict:
+    from hexsearch.config import load_config
+    from hexsearch.rundir import RunDir
+    from trainer.metrics import read_metrics
+    from trainer.train import train
+
+    cfg_path = root / f"{name}.yaml"
+    cfg_path.write_text(WORKLOAD.format(model=args.model, world=root / "world", steps=args.steps,
+                                        batch=args.batch, group=args.group))
+    cfg = load_config(cfg_path, [f"run.root={root / 'runs'}", f"run.name={name}", f"train.max_staleness={staleness}"])
+    run = RunDir.create(cfg.run.root, cfg.run.name)
+    t0 = time.time()
+    summary = train(cfg, run)
+    rows = [r for r in read_metrics(run.metrics) if "time/step_s" in r]
+    loop_s = sum(r["time/step_s"] for r in rows)
+    samples = len(rows) * args.batch * args.group
+    return {"max_staleness": staleness, "steps": len(rows), "samples": samples, "loop_s": round(loop_s, 2),
+            "samples_per_s": samples / loop_s, "wall_s": round(time.time() - t0, 1),
+            "mean_staleness": sum(r.get("rollout/staleness_mean", 0.0) for r in rows) / max(len(rows), 1),
+            "wait_s": round(sum(r["time/wait_s"] for r in rows), 2), "rollouts": summary["rollouts"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny-random", help="policy model spec (tiny-random keeps it fast)")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--group", type=int, default=4)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="async_vs_sync-") as tmp:
+        root = Path(tmp)
+        sync = run_once(root, "sync", 0, args)
+        asyn = run_once(root, "async", 4, args)
+    ratio = asyn["samples_per_s"] / sync["samples_per_s"]
+    out = {"benchmark": "async_vs_sync", "ratio": ratio, "async": asyn, "sync": sync, "model": args.model,
+           "tool_latency": {"median_s": 0.5, "p99_s": 5.0}, "batch": args.batch, "group": args.group,
+           "cpus": os.cpu_count()}
+    results = ROOT / "benchmarks" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "async_vs_sync.json").write_text(json.dumps(out, indent=2))
+    print(f"sync  (max_staleness=0): {sync['samples_per_s']:.2f} trained samples/s, waited {sync['wait_s']} s "
+          f"of {sync['loop_s']} s for rollouts")
+    print(f"async (max_staleness=4): {asyn['samples_per_s']:.2f} trained samples/s, waited {asyn['wait_s']} s "
+          f"of {asyn['loop_s']} s, mean staleness {asyn['mean_staleness']:.2f}")
+    print(f"RESULT async_vs_sync ratio={ratio:.2f} async_samples_per_s={asyn['samples_per_s']:.2f} "
+          f"sync_samples_per_s={sync['samples_per_s']:.2f} model={args.model}")
+
+
+if __name__ == "__main__":
+    main()

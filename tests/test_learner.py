@@ -1,0 +1,200 @@
+"""The learner on the tiny model: packing, exact log-probs, a step that learns, LoRA export, data parallel."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+import torch
+
+from trainer.config import TrainConfig
+from trainer.learner import Learner
+from trainer.learner_group import split_by_tokens
+from trainer.packing import Sample, collate, plan_micro_batches
+
+
+def _samples(n: int = 6, seed: int = 0) -> list[Sample]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        length = rng.randint(12, 40)
+        ids = [rng.randint(5, 4000) for _ in range(length)]
+        mask = [0] * 6 + [1] * 4 + [0] * 2 + [1] * (length - 12)
+        out.append(Sample(ids, mask, [-2.0] * length, [0] * length, advantage=1.0 if i % 2 else -1.0))
+    return out
+
+
+def _reference_logprobs(model, s: Sample) -> list[float]:
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([s.token_ids])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    return [float(lp[t - 1, s.token_ids[t]]) if s.loss_mask[t] and t else 0.0 for t in range(len(s))]
+
+
+def test_plan_respects_budget_and_covers_every_sample():
+    lengths = [50, 10, 30, 30, 70, 5, 120]
+    for mode in ("pad", "concat"):
+        bins = plan_micro_batches(lengths, 100, mode)
+        assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
+        for b in bins:
+            cost = len(b) * max(lengths[i] for i in b) if mode == "pad" else sum(lengths[i] for i in b)
+            assert cost <= 100 or len(b) == 1          # only an oversize sample stands alone
+    with pytest.raises(ValueError, match="pad, concat"):
+        plan_micro_batches(lengths, 100, "zip")
+
+
+def test_collate_gathers_only_policy_positions():
+    s = Sample([1, 2, 3, 4, 5], [0, 0, 1, 1, 0], [0, 0, -0.5, -0.7, 0], [-1, -1, 3, 4, -1], 2.0)
+    mb = collate([s, s], [0, 1], "concat")
+    assert mb.input_ids.shape == (1, 10) and mb.attention_mask is None
+    assert mb.position_ids[0].tolist() == [0, 1, 2, 3, 4] * 2
+    assert mb.pos.tolist() == [1, 2, 6, 7] and mb.targets.tolist() == [3, 4, 3, 4]
+    assert mb.behav_logp.tolist() == pytest.approx([-0.5, -0.7] * 2) and mb.versions.tolist() == [3, 4, 3, 4]
+
+
+@pytest.mark.parametrize("packing", ["pad", "concat"])
+def test_logprobs_match_a_plain_forward(tiny_model_spec, packing):
+    learner = Learner(TrainConfig(packing=packing, micro_batch_tokens=64), tiny_model_spec)
+    samples = _samples()
+    got = learner.logprobs(samples)
+    for s, g in zip(samples, got, strict=True):
+        assert g == pytest.approx(_reference_logprobs(learner.model, s), abs=2e-4)
+
+
+def _grouped_samples(groups: int = 3, g: int = 3, seed: int = 0) -> list[Sample]:
+    """Samples the way rollouts make them: one system prompt, a question per group, own suffixes."""
+    rng = random.Random(seed)
+    system = [rng.randint(5, 4000) for _ in range(24)]
+    out = []
+    for _ in range(groups):
+        question = [rng.randint(5, 4000) for _ in range(8)]
+        for _ in range(g):
+            gen = [rng.randint(5, 4000) for _ in range(rng.randint(3, 9))]
+            info = [rng.randint(5, 4000) for _ in range(6)]
+            ans = [rng.randint(5, 4000) for _ in range(rng.randint(2, 5))]
+            ids = system + question + gen + info + ans
+            mask = [0] * (32) + [1] * len(gen) + [0] * 6 + [1] * len(ans)
+            out.append(Sample(ids, mask, [-3.0] * len(ids), [0] * len(ids), advantage=rng.choice([-1.0, 1.0])))
+    return out
+
+
+def test_prefix_sharing_is_exact(tiny_model_spec):
+    """Shared-prefix forwards give the same log-probs and the same update as full forwards."""
+    shared = Learner(TrainConfig(lr=1e-2, share_prefix=True, micro_batch_tokens=400), tiny_model_spec)
+    full = Learner(TrainConfig(lr=1e-2, share_prefix=False, micro_batch_tokens=400), tiny_model_spec)
+    samples = _grouped_samples()
+    assert shared.share_prefix and not full.share_prefix
+    a, b = shared.logprobs(samples), full.logprobs(samples)
+    for s, x, y in zip(samples, a, b, strict=True):
+        assert x == pytest.approx(y, abs=2e-5)
+        assert x == pytest.approx(_reference_logprobs(full.model, s), abs=2e-4)
+    shared.train_step(samples, version=0)
+    full.train_step(samples, version=0)
+    for k, v in full.trainable_state().items():
+        assert torch.allclose(v, shared.trainable_state()[k], atol=1e-5), k
+
+
+def test_step_raises_logprob_of_advantaged_tokens(tiny_model_spec):
+    cfg = TrainConfig(lr=1e-2, grad_clip=0, micro_batch_tokens=64)
+    learner = Learner(cfg, tiny_model_spec)
+    samples = _samples()
+    for s, lp in zip(samples, learner.logprobs(samples), strict=True):
+        s.logprobs = lp                                 # on-policy: pi_behav = pi_prox
+    before = learner.logprobs(samples)
+    stats = learner.train_step(samples, version=0)
+    after = learner.logprobs(samples)
+    assert stats["train/behav_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert stats["train/clip_frac"] == 0.0 and stats["train/optimizer_steps"] == 1
+    for s, b, a in zip(samples, before, after, strict=True):
+        delta = sum(a) - sum(b)
+        assert delta * s.advantage > 0                  # up for A > 0, down for A < 0
+
+
+def test_no_signal_means_no_update(tiny_model_spec):
+    learner = Learner(TrainConfig(lr=1e-2), tiny_model_spec)
+    w0 = {k: v.clone() for k, v in learner.trainable_state().items()}
+    stats = learner.train_step([], version=0)
+    assert stats["train/optimizer_steps"] == 0
+    assert all(torch.equal(w0[k], v) for k, v in learner.trainable_state().items())
+
+
+@pytest.mark.parametrize("prox", ["recompute", "loglinear"])
+def test_several_minibatches(tiny_model_spec, prox):
+    learner = Learner(TrainConfig(lr=1e-3, minibatches=2, prox_logp=prox), tiny_model_spec)
+    samples = _samples()
+    for s, lp in zip(samples, learner.logprobs(samples), strict=True):
+        s.logprobs, s.versions = lp, [0] * len(s)
+    stats = learner.train_step(samples, version=0)
+    assert stats["train/optimizer_steps"] == 2
+    # the second minibatch sees weights one step newer than pi_prox, so some ratio moved off 1
+    assert stats["train/approx_kl"] != 0.0
+
+
+def test_lora_export_is_the_merged_model(tiny_model_spec):
+    from serving.models import load_model
+
+    learner = Learner(TrainConfig(lr=5e-2, lora_rank=4, lora_modules=["q_proj", "v_proj"]), tiny_model_spec)
+    samples = _samples()
+    learner.train_step(samples, version=0)
+    exported = learner.export_weights()
+    assert exported and all(".q_proj." in k or ".v_proj." in k for k in exported)
+    plain = load_model(tiny_model_spec, dtype="float32")
+    base_lp = _reference_logprobs(plain, samples[0])
+    plain.load_state_dict(exported, strict=False)
+    merged_lp = _reference_logprobs(plain, samples[0])
+    assert learner.logprobs(samples[:1])[0] == pytest.approx(merged_lp, abs=2e-4)
+    assert merged_lp != pytest.approx(base_lp, abs=1e-4)   # the adapters did change the policy
+
+
+def test_checkpoint_state_round_trip(tiny_model_spec):
+    cfg = TrainConfig(lr=1e-2)
+    a = Learner(cfg, tiny_model_spec)
+    a.train_step(_samples(), version=0)
+    b = Learner(cfg, tiny_model_spec)
+    blob = io.BytesIO()
+    torch.save(a.state_dict(), blob)                    # the path a checkpoint takes
+    blob.seek(0)
+    b.load_state_dict(torch.load(blob, weights_only=False))
+    a.train_step(_samples(seed=1), version=1)
+    b.train_step(_samples(seed=1), version=1)          # same optimizer moments -> same next step
+    for k, v in a.trainable_state().items():
+        assert torch.allclose(v, b.trainable_state()[k], atol=1e-6)
+
+
+def test_split_by_tokens_balances():
+    shares = split_by_tokens(_samples(9), 2)
+    loads = [sum(len(s) for s in sh) for sh in shares]
+    assert sum(len(sh) for sh in shares) == 9 and abs(loads[0] - loads[1]) <= 40
+
+
+def _dp_rank(rank: int, world: int, port: int, spec: str, out: dict) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    learner = Learner(TrainConfig(lr=1e-2, grad_clip=0.5), spec, rank=rank, world_size=world)
+    share = split_by_tokens(_samples(), world)[rank]
+    stats = learner.train_step(share, version=0)
+    if rank == 0:
+        out["state"] = learner.trainable_state()
+        out["stats"] = stats
+    dist.destroy_process_group()
+
+
+def test_data_parallel_equals_single_learner(tiny_model_spec):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    manager = mp.Manager()
+    out = manager.dict()
+    mp.spawn(_dp_rank, args=(2, port, tiny_model_spec, out), nprocs=2, join=True)
+    single = Learner(TrainConfig(lr=1e-2, grad_clip=0.5), tiny_model_spec)
+    stats = single.train_step(_samples(), version=0)
+    assert out["stats"]["train/policy_tokens"] == stats["train/policy_tokens"]
+    assert out["stats"]["train/grad_norm"] == pytest.approx(stats["train/grad_norm"], rel=1e-4)
+    for k, v in single.trainable_state().items():
+        assert torch.allclose(v, out["state"][k], atol=1e-6), k

@@ -1,0 +1,44 @@
+"""`hexsearch train` / `hexsearch demo` front door: bad input fails with one clear line, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hexsearch.commands.train import result_line
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "hexsearch.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_unknown_train_key_lists_valid_ones():
+    out = run("train", "configs/quickstart.yaml", "train.max_stalenes=2")
+    assert out.returncode == 2
+    assert "train.max_stalenes" in out.stderr and "max_staleness" in out.stderr
+
+
+def test_bad_choice_is_a_one_line_error(tmp_path):
+    out = run("train", "configs/quickstart.yaml", "train.advantage=ppo", f"run.root={tmp_path}")
+    assert out.returncode == 2
+    lines = [x for x in out.stderr.splitlines() if x.startswith("hexsearch:")]
+    assert len(lines) == 1 and "grpo, rloo, drgrpo" in lines[0]
+
+
+def test_resume_needs_a_run_folder(tmp_path):
+    out = run("train", "--resume", str(tmp_path))
+    assert out.returncode == 2 and "not a run folder" in out.stderr
+
+
+def test_result_line_format():
+    line = result_line({"dev_reward_before": 0.125, "dev_reward_after": 0.3, "steps": 12, "minutes": 14.04})
+    assert line == "RESULT train dev_reward_before=0.125 dev_reward_after=0.300 steps=12 minutes=14.0"
+
+
+def test_demo_help_and_shipped_quickstart_resolves():
+    out = run("demo", "--help")
+    assert out.returncode == 0 and "quickstart" in out.stdout
+    from hexsearch.config import load_config
+
+    cfg = load_config("configs/quickstart.yaml")
+    assert cfg.engine.model == "smollm2-135m-instruct" and cfg.train.time_budget_min <= 15

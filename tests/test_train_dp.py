@@ -1,0 +1,38 @@
+"""Data-parallel learners as Ray actors (gloo): two ranks train like one learner on the whole batch."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from hexsearch.config import load_config
+from trainer.config import TrainConfig
+from trainer.learner import Learner
+from trainer.learner_group import LearnerGroup
+from trainer.placement import init_ray
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_ray_learner_ranks_equal_one_learner(tiny_model_spec):
+    import ray
+    from test_learner import _samples
+
+    cfg = load_config(None, [f"engine.model={tiny_model_spec}", "train.learner_workers=2", "train.lr=1e-2",
+                             "train.grad_clip=0.5", "agent.temperature=1.0"])
+    init_ray(cfg.train)
+    try:
+        group = LearnerGroup(cfg, {"num_cpus": 1}, threads=1)
+        stats = asyncio.run(group.train_step(_samples(), version=0))
+        ranks = ray.get([a.export_weights.remote() for a in group.actors])
+    finally:
+        ray.shutdown()
+    single = Learner(TrainConfig(lr=1e-2, grad_clip=0.5), tiny_model_spec)
+    ref = single.train_step(_samples(), version=0)
+    assert stats["train/policy_tokens"] == ref["train/policy_tokens"]
+    want = single.export_weights()
+    for k, v in want.items():
+        assert torch.allclose(ranks[0][k], v, atol=1e-6), k
+        assert torch.equal(ranks[0][k], ranks[1][k]), k   # the ranks never drift apart

@@ -1,0 +1,58 @@
+"""From accepted groups to training samples (advantages, dynamic filtering) and rollout metrics.
+
+Every segment of a trajectory becomes one `Sample` carrying the trajectory's group-relative
+advantage (all segments share the reward). Zero-variance groups are left out under the `drop` and
+`reject` filters (the latter never lets them this far); under `none` they stay, with advantage 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.advantages import group_advantages
+from trainer.buffer import Group
+from trainer.packing import Sample
+
+
+def accuracy(traj: Any) -> float:
+    """Exact match of the predicted answer against any gold answer (0 when the agent never answered)."""
+    from agent.rewards import exact_match
+
+    if not traj.prediction:
+        return 0.0
+    return max((exact_match(traj.prediction, g) for g in traj.gold), default=0.0)
+
+
+def build_samples(groups: list[Group], estimator: str, filter_groups: str) -> tuple[list[Sample], int]:
+    """(samples, kept groups)."""
+    samples: list[Sample] = []
+    kept = 0
+    for g in groups:
+        if filter_groups != "none" and not g.has_signal:
+            continue
+        kept += 1
+        for traj, adv in zip(g.trajectories, group_advantages(g.rewards, estimator), strict=True):
+            for seg in traj.segments:
+                if seg.num_generated:
+                    samples.append(Sample(seg.token_ids, seg.loss_mask, seg.logprobs, seg.versions, float(adv),
+                                          meta={"group": g.key}))
+    return samples, kept
+
+
+def rollout_metrics(groups: list[Group], version: int) -> tuple[dict[str, float], list[float]]:
+    """Per-step agent/rollout figures of the consumed groups, and the staleness of each trajectory."""
+    trajs = [t for g in groups for t in g.trajectories]
+    n = max(len(trajs), 1)
+    staleness = [float(version - t.min_version) for t in trajs if t.min_version >= 0]
+    return {
+        "train/reward": sum(t.reward for t in trajs) / n,
+        "train/accuracy": sum(accuracy(t) for t in trajs) / n,
+        "agent/turns": sum(t.num_turns for t in trajs) / n,
+        "agent/tool_calls": sum(len(t.tool_calls) for t in trajs) / n,
+        "agent/format_errors": sum(t.format_errors for t in trajs) / n,
+        "agent/answered": sum(t.prediction is not None for t in trajs) / n,
+        "agent/gen_tokens": sum(t.num_generated for t in trajs) / n,
+        "tools/errors": float(sum(1 for t in trajs for c in t.tool_calls if c.error)),
+        "tools/latency_s": (sum(c.latency_s for t in trajs for c in t.tool_calls)
+                            / max(1, sum(len(t.tool_calls) for t in trajs))),
+    }, staleness

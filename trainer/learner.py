@@ -1,0 +1,298 @@
+"""The learner: decoupled-PPO updates of the policy on packed micro-batches (pure torch, no Ray).
+
+One `train_step(samples, version)` is one batch of the trainer:
+
+    1. N = policy tokens of the whole batch (all-reduced over data-parallel ranks)
+    2. pi_prox: with one minibatch the update's own forward runs at the pre-step weights, so
+       pi_prox = logp.detach() there, exactly and for free; with several minibatches a no-grad
+       forward recomputes it first (`prox_logp=recompute`) or it is approximated (`loglinear`)
+    3. per minibatch: forward + backward per micro-batch (loss already divided by the global N,
+       so summing gradients over micro-batches and ranks gives the exact token-mean), all-reduce
+       gradients, clip, AdamW step
+    4. LR schedule step (also when the batch had no signal, so the schedule follows versions)
+
+Logits are computed only at positions that predict a policy token (hidden-state gather, then
+lm_head), which on CPU saves most of the vocabulary projection. Weights are kept in fp32 (master
+weights); on hardware with fast bf16 the forward runs under autocast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import time
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer.config import TrainConfig
+from trainer.loss import LossStats, decoupled_ppo_loss, loglinear_prox_logp
+from trainer.packing import MicroBatch, Sample, collate, plan_micro_batches
+
+
+def lr_lambda(cfg: TrainConfig):
+    """Multiplier of the base LR at step s: linear warm-up, then constant or cosine to 10%."""
+    def f(step: int) -> float:
+        if cfg.lr_warmup_steps and step < cfg.lr_warmup_steps:
+            return (step + 1) / cfg.lr_warmup_steps
+        if cfg.lr_schedule == "cosine":
+            span = max(1, cfg.steps - cfg.lr_warmup_steps)
+            frac = min(1.0, (step - cfg.lr_warmup_steps) / span)
+            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+        return 1.0
+    if cfg.lr_schedule not in ("constant", "cosine"):
+        raise ValueError(f"unknown lr_schedule '{cfg.lr_schedule}'; valid: constant, cosine")
+    return f
+
+
+class Learner:
+    """Holds the trainable policy, its optimizer and LR schedule."""
+
+    def __init__(self, cfg: TrainConfig, model_spec: str, *, device: str = "cpu", temperature: float = 1.0,
+                 rank: int = 0, world_size: int = 1, seed: int = 0):
+        from serving.models import default_dtype, load_model, load_tokenizer
+
+        torch.manual_seed(seed)
+        self.cfg, self.device, self.temperature = cfg, device, temperature or 1.0
+        self.rank, self.world_size, self.model_spec = rank, world_size, model_spec
+        self.tokenizer = load_tokenizer(model_spec)
+        model = load_model(model_spec, dtype="float32", device=device, attn_implementation="sdpa")
+        self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            model.config.use_cache = False
+        if cfg.lora_rank > 0:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(
+                r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=list(cfg.lora_modules)))
+        self.model = model.eval()  # no dropout in RL updates; grads flow regardless of mode
+        self.base = model.get_base_model() if cfg.lora_rank > 0 else model
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=tuple(cfg.adam_betas),
+                                           weight_decay=cfg.weight_decay, fused=True)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        fast = default_dtype(device)
+        self.autocast = fast if fast != torch.float32 else None
+        if cfg.gradient_checkpointing:
+            self.model.train()  # HF checkpoints only in train mode (Llama-family models have no dropout)
+        # prefix sharing needs a KV cache, which gradient checkpointing turns off
+        self.share_prefix = cfg.share_prefix and cfg.packing == "pad" and not cfg.gradient_checkpointing
+        params = inspect.signature(self.base.get_decoder().forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    # -- forward ---------------------------------------------------------------------------
+    def _logp(self, mb: MicroBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs of the policy tokens of a micro-batch (and their entropies)."""
+        dev = self.device
+        ctx = torch.autocast(dev.split(":")[0], dtype=self.autocast) if self.autocast else contextlib.nullcontext()
+        with ctx:
+            hidden = self._hidden(mb)[mb.rows.to(dev), mb.pos.to(dev)]
+            logits = self.base.get_output_embeddings()(hidden)
+        logits = logits.float() / self.temperature
+        logz = torch.logsumexp(logits, dim=-1)
+        logp = logits.gather(-1, mb.targets.to(dev)[:, None]).squeeze(-1) - logz
+        entropy = None
+        if with_entropy:
+            with torch.no_grad():
+                p = torch.softmax(logits, dim=-1)
+                entropy = logz - (p * logits).sum(-1)
+        return logp, entropy
+
+    def _hidden(self, mb: MicroBatch) -> torch.Tensor:
+        """Final hidden states [rows, length, dim]. Rows that start with the same tokens (the system
+        prompt; a group's question) share one forward of that prefix: its keys/values are computed
+        once and repeated per row (gradients flow back through the repeat), then each row runs only
+        its own suffix. Exactly the same values as the full forward, for a fraction of the compute."""
+        dec, dev = self.base.get_decoder(), self.device
+        ids, pos = mb.input_ids.to(dev), mb.position_ids.to(dev)
+        mask = None if mb.attention_mask is None else mb.attention_mask.to(dev)
+        shared = _shared_prefix(ids, mb.attention_mask) if self.share_prefix else 0
+        if shared < 16:
+            return dec(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False).last_hidden_state
+        head = dec(input_ids=ids[:1, :shared], position_ids=pos[:1, :shared], use_cache=True)
+        cache = getattr(head, "cache", None) or head.past_key_values
+        cache.batch_repeat_interleave(ids.shape[0])
+        tail = dec(input_ids=ids[:, shared:], position_ids=pos[:, shared:], attention_mask=mask,
+                   **{self._cache_kw: cache}, use_cache=True)
+        rows = ids.shape[0]
+        return torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)
+
+    def _allreduce(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world_size > 1:
+            dist.all_reduce(t)
+        return t
+
+    def _sync_grads(self) -> None:
+        if self.world_size == 1:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        offset = 0
+        for p, g in zip(self.params, grads, strict=True):
+            n = g.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
+
+    # -- one batch ---------------------------------------------------------------------------
+    def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
+        """One training batch (this rank's share); returns metrics (identical on every rank)."""
+        cfg, t0 = self.cfg, time.time()
+        m = max(1, cfg.minibatches)
+        chunks = [samples[i::m] for i in range(m)]
+        pad_id = self.tokenizer.pad_token_id or 0
+        if m > 1 and cfg.prox_logp == "recompute":
+            self._recompute_prox(samples, pad_id)
+        stats, ent_sum, grad_norm, tokens_seen, steps = LossStats(), 0.0, 0.0, 0, 0
+        for chunk in chunks:
+            local = torch.tensor([float(sum(s.num_loss_tokens for s in chunk))], device=self.device)
+            total = float(self._allreduce(local)[0])
+            self.optimizer.zero_grad(set_to_none=True)
+            if total == 0:
+                continue
+            for idx in self._plan(chunk):
+                mb = collate(chunk, idx, cfg.packing, pad_id)
+                if mb.targets.numel() == 0:
+                    continue
+                logp, ent = self._logp(mb, with_entropy=True)
+                prox = self._prox_for(mb, logp, version, m)
+                loss, st = decoupled_ppo_loss(
+                    logp, prox, mb.behav_logp.to(self.device), mb.advantages.to(self.device),
+                    eps_clip=cfg.eps_clip, eps_clip_high=cfg.eps_clip_high,
+                    behav_weight_cap=cfg.behav_weight_cap, normalizer=total)
+                loss.backward()
+                stats = stats.add(st)
+                ent_sum += float(ent.sum())
+                tokens_seen += mb.num_tokens
+            self._sync_grads()
+            if cfg.grad_clip > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
+            self.optimizer.step()
+            steps += 1
+        lr = self.scheduler.get_last_lr()[0]
+        with warnings.catch_warnings():  # a batch without signal steps the schedule but not the optimizer
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
+        vec = torch.tensor([stats.tokens, stats.clipped, stats.behav_masked, stats.behav_weight_sum,
+                            stats.approx_kl_sum, ent_sum, float(tokens_seen)], device=self.device)
+        vec = self._allreduce(vec).tolist()
+        wext = torch.tensor([stats.behav_weight_max, -stats.behav_weight_min if stats.tokens else 0.0])
+        if self.world_size > 1:
+            dist.all_reduce(wext, op=dist.ReduceOp.MAX)
+        n = max(vec[0], 1.0)
+        dt = time.time() - t0
+        return {
+            "train/policy_tokens": vec[0], "train/clip_frac": vec[1] / n, "train/behav_weight_masked_frac": vec[2] / n,
+            "train/behav_weight_mean": vec[3] / n, "train/behav_weight_max": float(wext[0]),
+            "train/behav_weight_min": -float(wext[1]),
+            "train/approx_kl": vec[4] / n, "train/entropy": vec[5] / n, "train/grad_norm": grad_norm,
+            "train/lr": lr, "train/optimizer_steps": steps, "train/tokens_per_s": vec[6] / max(dt, 1e-9),
+            "time/train_s": dt,
+        }
+
+    def _prox_for(self, mb: MicroBatch, logp: torch.Tensor, version: int, minibatches: int) -> torch.Tensor:
+        if self.cfg.prox_logp == "loglinear":
+            return loglinear_prox_logp(mb.behav_logp.to(self.device), logp, mb.versions.to(self.device), version)
+        if self.cfg.prox_logp != "recompute":
+            raise ValueError(f"unknown prox_logp '{self.cfg.prox_logp}'; valid: recompute, loglinear")
+        if minibatches == 1:
+            return logp.detach()  # this forward runs at the pre-step weights: exactly pi_prox
+        assert mb.prox_logp is not None
+        return mb.prox_logp.to(self.device)
+
+    def _plan(self, samples: list[Sample]) -> list[list[int]]:
+        """Micro-batches; with prefix sharing, samples sorted by their tokens so shared prompts sit together."""
+        order = sorted(range(len(samples)), key=lambda i: samples[i].token_ids) if self.share_prefix else None
+        return plan_micro_batches([len(s) for s in samples], self.cfg.micro_batch_tokens, self.cfg.packing, order)
+
+    @torch.no_grad()
+    def _recompute_prox(self, samples: list[Sample], pad_id: int) -> None:
+        for idx in self._plan(samples):
+            mb = collate(samples, idx, self.cfg.packing, pad_id)
+            if mb.targets.numel() == 0:
+                continue
+            logp, _ = self._logp(mb)
+            for i in idx:
+                samples[i].prox_logp = [0.0] * len(samples[i])
+            for lp, si, t in zip(logp.tolist(), mb.sample_index.tolist(), mb.token_index.tolist(), strict=True):
+                samples[si].prox_logp[t] = lp
+
+    @torch.no_grad()
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        """Current-policy log-prob of every token (0.0 where not a policy token); for tests and checks."""
+        pad_id = self.tokenizer.pad_token_id or 0
+        out = [[0.0] * len(s) for s in samples]
+        for idx in self._plan(samples):
+            mb = collate(samples, idx, self.cfg.packing, pad_id)
+            if mb.targets.numel() == 0:
+                continue
+            logp, _ = self._logp(mb)
+            for lp, si, t in zip(logp.tolist(), mb.sample_index.tolist(), mb.token_index.tolist(), strict=True):
+                out[si][t] = lp
+        return out
+
+    # -- weights out -------------------------------------------------------------------------
+    @torch.no_grad()
+    def export_weights(self, dtype: torch.dtype | None = None, changed_only: bool = True) -> dict[str, torch.Tensor]:
+        """Weights for the inference engines, named as in the plain HF model (LoRA merged in).
+
+        `changed_only` leaves out weights training never changes (frozen base weights under LoRA),
+        so an in-memory update moves only what moved. A tied lm_head is not sent twice."""
+        if self.cfg.lora_rank == 0:
+            state = {k: v for k, v in self.model.state_dict().items()
+                     if not (self.tied and k == "lm_head.weight")}
+        else:
+            from peft.tuners.lora import LoraLayer
+
+            state = {}
+            for name, module in self.base.named_modules():
+                if isinstance(module, LoraLayer):
+                    w = module.get_base_layer().weight + module.get_delta_weight("default")
+                    state[f"{name}.weight"] = w
+            if not changed_only:
+                full = {k.replace(".base_layer", ""): v for k, v in self.base.state_dict().items() if "lora_" not in k}
+                full.update(state)
+                state = {k: v for k, v in full.items() if not (self.tied and k == "lm_head.weight")}
+        return {k: v.detach().to(dtype or v.dtype).contiguous().cpu().clone() for k, v in state.items()}
+
+    def save_for_engine(self, path: str) -> str:
+        """An HF folder with the merged weights and an untied lm_head (what remote engines reload)."""
+        from serving.models import save_untied
+
+        if self.cfg.lora_rank == 0:
+            return str(save_untied(self.model, self.tokenizer, path))
+        from serving.models import load_model
+
+        plain = load_model(self.model_spec, dtype="float32")  # a plain copy: the trainee keeps its adapters
+        plain.load_state_dict(self.export_weights(changed_only=False), strict=False)
+        return str(save_untied(plain, self.tokenizer, path))
+
+    # -- checkpoint --------------------------------------------------------------------------
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"params": self.trainable_state(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        named = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for n, v in state["params"].items():
+                named[n].copy_(v)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+
+
+def _shared_prefix(ids: torch.Tensor, mask: torch.Tensor | None) -> int:
+    """Length of the token prefix every row shares (at most the shortest row minus one)."""
+    if ids.shape[0] < 2 or mask is None:
+        return 0
+    same = (ids == ids[:1]).all(dim=0).long()
+    common = int(same.cumprod(0).sum())
+    return max(0, min(common, int(mask.sum(1).min()) - 1))

@@ -1,0 +1,131 @@
+"""Data-parallel learners on Ray: one `Learner` per actor, gradients all-reduced by torch.distributed.
+
+    rank 0 picks a free TCP port -> every rank joins the process group (gloo on CPU, NCCL on GPU)
+    train_step: the batch is split across ranks balanced by tokens; each rank runs Learner.train_step
+    on its share; the loss is divided by the *global* token count and gradients are summed, so the
+    result equals one learner training on the whole batch. Weights stay identical on every rank;
+    rank 0 exports them for the engines and writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+from trainer.packing import Sample
+
+
+class LearnerWorker:
+    """Ray actor body: one data-parallel rank."""
+
+    def __init__(self, cfg: Any, rank: int, world_size: int, threads: int):
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        self.learner: Any = None
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free port (rank 0 hosts the rendezvous)."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(self, master: tuple[str, int] | None) -> int:
+        import torch
+        import torch.distributed as dist
+
+        from trainer.learner import Learner
+
+        device = self._device()
+        if self.world_size > 1:
+            backend = "nccl" if device.startswith("cuda") else "gloo"
+            dist.init_process_group(backend, init_method=f"tcp://{master[0]}:{master[1]}",
+                                    rank=self.rank, world_size=self.world_size)
+        t = self.cfg.train
+        self.learner = Learner(t, self.cfg.engine.model, device=device, temperature=self.cfg.agent.temperature,
+                               rank=self.rank, world_size=self.world_size, seed=self.cfg.run.seed)
+        return sum(p.numel() for p in self.learner.params) if torch is not None else 0
+
+    def _device(self) -> str:
+        import torch
+
+        want = self.cfg.engine.device
+        if want == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return want
+
+    def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
+        return self.learner.train_step(samples, version)
+
+    def export_weights(self) -> dict[str, Any]:
+        from serving.models import torch_dtype
+
+        return self.learner.export_weights(dtype=torch_dtype(self.cfg.engine.dtype, "cpu"))
+
+    def save_for_engine(self, path: str) -> str:
+        return self.learner.save_for_engine(path)
+
+    def save(self, folder: str) -> None:
+        import torch
+
+        if self.rank == 0:
+            torch.save(self.learner.state_dict(), os.path.join(folder, "learner.pt"))
+
+    def load(self, folder: str) -> None:
+        import torch
+
+        self.learner.load_state_dict(torch.load(os.path.join(folder, "learner.pt"), weights_only=False))
+
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        return self.learner.logprobs(samples)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def split_by_tokens(samples: list[Sample], n: int) -> list[list[Sample]]:
+    """Longest-first onto the least-loaded rank: shares differ by at most one sample's tokens."""
+    shares: list[list[Sample]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for s in sorted(samples, key=len, reverse=True):
+        r = loads.index(min(loads))
+        shares[r].append(s)
+        loads[r] += len(s)
+    return shares
+
+
+class LearnerGroup:
+    """The learner ranks as one object the training loop calls."""
+
+    def __init__(self, cfg: Any, placement: dict[str, Any], threads: int):
+        import ray
+
+        n = max(1, cfg.train.learner_workers)
+        cls = ray.remote(LearnerWorker)
+        self.actors = [cls.options(**placement).remote(cfg, r, n, threads) for r in range(n)]
+        master = ray.get(self.actors[0].address.remote()) if n > 1 else None
+        self.trainable = ray.get([a.setup.remote(master) for a in self.actors])[0]
+
+    async def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
+        shares = split_by_tokens(samples, len(self.actors))
+        results = await asyncio.gather(*(a.train_step.remote(s, version) for a, s in zip(self.actors, shares, strict=True)))
+        return results[0]
+
+    def export_ref(self) -> Any:
+        """ObjectRef of rank 0's exported weights (resolved inside the engine actors)."""
+        return self.actors[0].export_weights.remote()
+
+    async def save_for_engine(self, path: str) -> str:
+        return await self.actors[0].save_for_engine.remote(path)
+
+    async def save(self, folder: str) -> None:
+        await self.actors[0].save.remote(folder)
+
+    async def load(self, folder: str) -> None:
+        await asyncio.gather(*(a.load.remote(folder) for a in self.actors))

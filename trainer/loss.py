@@ -1,0 +1,88 @@
+"""Decoupled PPO (AReaL): a trust region around pi_prox, an importance weight for pi_behav.
+
+For every policy token t with advantage A_t:
+
+    r_t    = pi_theta(a_t) / pi_prox(a_t)            ratio against the proximal (pre-step) policy
+    w_t    = pi_prox(a_t)  / pi_behav(a_t)           behaviour weight (the sampler was older)
+    keep_t = w_t <= cap                              tokens far off-policy are masked, not clamped
+    l_t    = -w_t * min(r_t A_t, clip(r_t, 1 - eps, 1 + eps_high) A_t)
+
+    loss   = sum_t keep_t * l_t / N                  N = policy tokens of the whole batch (token-mean;
+                                                     masking does not shrink N, so it never inflates gradients)
+
+When pi_prox == pi_behav (on-policy samples) w_t = 1 and this is exactly PPO-clip. pi_prox is the
+policy before this optimizer step: recomputed by a forward pass (exact), or approximated per token
+from versions (`loglinear_prox_logp`), which saves that pass when several minibatches are used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class LossStats:
+    """Sums over the tokens of one micro-batch (divide by `tokens` for means); summed across micro-batches."""
+
+    tokens: float = 0.0
+    clipped: float = 0.0
+    behav_masked: float = 0.0
+    behav_weight_sum: float = 0.0
+    behav_weight_max: float = 0.0
+    behav_weight_min: float = float("inf")
+    approx_kl_sum: float = 0.0
+
+    def add(self, other: LossStats) -> LossStats:
+        return LossStats(
+            self.tokens + other.tokens, self.clipped + other.clipped, self.behav_masked + other.behav_masked,
+            self.behav_weight_sum + other.behav_weight_sum, max(self.behav_weight_max, other.behav_weight_max),
+            min(self.behav_weight_min, other.behav_weight_min), self.approx_kl_sum + other.approx_kl_sum)
+
+
+def decoupled_ppo_loss(
+    logp: torch.Tensor, prox_logp: torch.Tensor, behav_logp: torch.Tensor, advantages: torch.Tensor,
+    *, eps_clip: float = 0.2, eps_clip_high: float | None = None, behav_weight_cap: float = 5.0,
+    normalizer: float | None = None,
+) -> tuple[torch.Tensor, LossStats]:
+    """The decoupled PPO loss over flat per-token tensors (policy tokens only; see module docstring).
+
+    `normalizer` is N, the policy-token count of the whole (global, all data-parallel ranks) batch; the
+    default is this call's token count, i.e. a plain token-mean. Returns (loss, stats).
+    """
+    eps_high = eps_clip if eps_clip_high is None else eps_clip_high
+    prox_logp, behav_logp, advantages = prox_logp.detach(), behav_logp.detach(), advantages.detach()
+    n = logp.numel()
+    norm = float(normalizer if normalizer is not None else max(n, 1))
+    ratio = torch.exp(logp - prox_logp)
+    clipped_ratio = torch.clamp(ratio, 1.0 - eps_clip, 1.0 + eps_high)
+    surrogate = torch.minimum(ratio * advantages, clipped_ratio * advantages)
+    weight = torch.exp(prox_logp - behav_logp)
+    keep = weight <= behav_weight_cap if behav_weight_cap > 0 else torch.ones_like(weight, dtype=torch.bool)
+    token_loss = -weight * surrogate
+    loss = torch.where(keep, token_loss, torch.zeros_like(token_loss)).sum() / norm
+    with torch.no_grad():
+        was_clipped = (clipped_ratio * advantages < ratio * advantages) & keep
+        stats = LossStats(
+            tokens=float(n), clipped=float(was_clipped.sum()), behav_masked=float((~keep).sum()),
+            behav_weight_sum=float(weight.sum()),
+            behav_weight_max=float(weight.max()) if n else 0.0,
+            behav_weight_min=float(weight.min()) if n else float("inf"),
+            approx_kl_sum=float((prox_logp - logp.detach()).sum()))
+    return loss, stats
+
+
+def loglinear_prox_logp(behav_logp: torch.Tensor, theta_logp: torch.Tensor, versions: torch.Tensor,
+                        current_version: int) -> torch.Tensor:
+    """AReaL's log-linear pi_prox approximation, per token.
+
+    With v_prox = current_version (the weights before this step), v_theta = v_prox + 1 and the token's
+    behaviour version v_b:  alpha = clamp((v_prox - v_b) / (v_theta - v_b), 0, 1),
+    log pi_prox ~= log pi_behav + alpha * (log pi_theta - log pi_behav).  A fresh token (v_b = v_prox)
+    gets pi_prox = pi_behav exactly.
+    """
+    v_prox = float(current_version)
+    vb = versions.to(behav_logp.dtype)
+    alpha = torch.clamp((v_prox - vb) / (v_prox + 1.0 - vb), 0.0, 1.0)
+    return behav_logp + alpha * (theta_logp.detach() - behav_logp)

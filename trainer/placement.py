@@ -1,0 +1,60 @@
+"""Ray setup and per-role placement from config (what a cluster plan drives).
+
+`init_ray` joins `train.ray_address` when set (an existing cluster: `auto`, `host:6379`,
+`ray://host:10001`) or starts a local Ray sized so the configured roles fit. Each role's
+`RoleResources` becomes the actor options `num_cpus`, `num_gpus` and `resources` (custom Ray
+resources, e.g. {"H100": 1} to pin learners to H100 nodes).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trainer.config import RoleResources, TrainConfig
+
+
+def ray_options(role: RoleResources) -> dict[str, Any]:
+    """Actor options for one role."""
+    opts: dict[str, Any] = {"num_cpus": role.num_cpus, "num_gpus": role.num_gpus}
+    if role.resources:
+        opts["resources"] = dict(role.resources)
+    return opts
+
+
+def role_threads(role: RoleResources) -> int:
+    """Torch threads inside an actor of this role."""
+    return role.threads if role.threads > 0 else max(1, int(role.num_cpus))
+
+
+def requested_cpus(cfg: TrainConfig, embedded: bool) -> float:
+    """Logical CPUs all roles ask for together."""
+    total = cfg.learner_workers * cfg.learner_resources.num_cpus + cfg.rollout_workers * cfg.rollout_resources.num_cpus
+    if embedded:
+        total += cfg.engine_replicas * cfg.engine_resources.num_cpus
+    return total
+
+
+def init_ray(cfg: TrainConfig, embedded: bool = True) -> None:
+    """Join the configured cluster or start a local one (idempotent)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Ray starts workers at niceness 15; here the workers *are* the job (engines, learners), so on a
+    # shared machine they must not yield to every other process.
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    # OpenMP threads that spin while waiting are ruinous when cores are shared (two torch processes
+    # on 2 cores ran decoding ~10x slower); passive waiting costs little on dedicated cores.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env = {"env_vars": {k: os.environ[k] for k in ("HEXSEARCH_CACHE", "HEXSEARCH_QUIET", "HF_HUB_OFFLINE",
+                                                   "TOKENIZERS_PARALLELISM", "RAY_AUTH_MODE", "OMP_WAIT_POLICY")
+                        if k in os.environ}}
+    if cfg.ray_address:
+        ray.init(address=cfg.ray_address, runtime_env=env, log_to_driver=True)
+        return
+    # Local: logical CPUs are bookkeeping, not threads; declare enough for the configured roles.
+    cpus = max(float(os.cpu_count() or 1), requested_cpus(cfg, embedded))
+    ray.init(num_cpus=int(cpus + 0.999), include_dashboard=False, runtime_env=env, log_to_driver=True,
+             configure_logging=False)

@@ -1,0 +1,181 @@
+"""Everything the training loop drives, built from config: Ray actors, data, controller, sync, logs.
+
+`Runtime.create(cfg, run)` starts (in this order) Ray, the data (world, index, QA splits), the
+engines (embedded engine actors, or clients of remote servers), the learner ranks, the rollout
+workers, and wires the controller, buffer, staleness rule and weight sync. It also owns the
+periodic dev evaluation and checkpoint save/restore, so `trainer/train.py` reads as the loop alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+import random
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hexsearch.rundir import RunDir
+from trainer import checkpoint
+from trainer.batch import accuracy
+from trainer.buffer import GroupBuffer
+from trainer.controller import RolloutController
+from trainer.data import QuestionStream
+from trainer.metrics import MetricsLogger, truncate_after
+from trainer.placement import init_ray, ray_options, role_threads
+from trainer.staleness import StalenessController
+from trainer.weight_sync import WeightSync
+
+
+@dataclass
+class LoopState:
+    """Counters of the training loop that a checkpoint carries."""
+
+    step: int = 0
+    version: int = 0
+    eval_before: dict[str, float] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+def load_questions(cfg: Any) -> tuple[list[Any], list[Any], Path | None]:
+    """(train items, dev items, world folder or None when both files are given explicitly)."""
+    from agent.qa import load_qa
+
+    world = None
+    if not (cfg.train.data and cfg.train.dev_data):
+        from datagen.world import QA_FILES, resolve_world
+
+        world = resolve_world(cfg.world)
+    train = load_qa(cfg.train.data or world / QA_FILES["train"])
+    dev = load_qa(cfg.train.dev_data or world / QA_FILES["dev"])
+    return train, dev[: cfg.train.eval_questions], world
+
+
+class Runtime:
+    def __init__(self, cfg: Any, run: RunDir):
+        self.cfg, self.run, self.t = cfg, run, cfg.train
+        self.state = LoopState()
+        self.last_gen: tuple[int, float] = (0, time.perf_counter())
+
+    @classmethod
+    def create(cls, cfg: Any, run: RunDir) -> Runtime:
+        rt = cls(cfg, run)
+        rt._build()
+        return rt
+
+    def _build(self) -> None:
+        cfg, t = self.cfg, self.t
+        embedded = cfg.engine.backend == "embedded"
+        init_ray(t, embedded)
+        train_items, self.dev_items, world = load_questions(cfg)
+        if cfg.tools.search_backend == "local" and not cfg.tools.index_dir and world is not None:
+            from tools.index import default_index
+
+            cfg = replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))  # built once, here
+            self.cfg = cfg
+        from trainer.learner_group import LearnerGroup
+        from trainer.rollout import start_rollout_workers
+
+        if embedded:
+            from trainer.engine_actor import EngineProxy, start_engine_actors
+
+            handles = start_engine_actors(cfg.engine, t.engine_replicas, ray_options(t.engine_resources),
+                                          role_threads(t.engine_resources))
+            self.engines: list[Any] = [EngineProxy(handles, cfg.engine.model)]
+        else:
+            from serving.factory import build_engine
+
+            handles = None
+            self.engines = [build_engine(cfg.engine)]
+        self.learners = LearnerGroup(cfg, ray_options(t.learner_resources), role_threads(t.learner_resources))
+        self.workers = start_rollout_workers(cfg, handles, ray_options(t.rollout_resources),
+                                             role_threads(t.rollout_resources))
+        import ray
+
+        ray.get([w.ready.remote() for w in self.workers])
+        self.staleness = StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_rollouts)
+        self.buffer = GroupBuffer()
+        self.stream = QuestionStream(train_items, seed=cfg.run.seed)
+        self.controller = RolloutController(
+            stream=self.stream, workers=self.workers, staleness=self.staleness, buffer=self.buffer,
+            group_size=t.group_size, filter_groups=t.filter_groups, seed=cfg.run.seed,
+            ledger=self.run.path / "rollouts.jsonl", max_worker_losses=t.worker_max_restarts + 1)
+        self.sync = WeightSync(self.engines, self.learners, in_memory=embedded,
+                               folder=self.run.path / "weights", pause_mode="abort")
+        self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
+                                     t.wandb_project if t.wandb else None, self.run.path.name)
+
+    # -- evaluation --------------------------------------------------------------------------
+    async def evaluate(self) -> dict[str, float]:
+        """Dev reward/accuracy of the current weights: same questions, same seeds every time."""
+        if not self.dev_items:
+            return {}
+        t0 = time.perf_counter()
+        n = len(self.workers)
+        shares = [list(range(i, len(self.dev_items), n)) for i in range(n)]
+        results = await asyncio.gather(*(self._eval_share(w, idx) for w, idx in enumerate(shares) if idx))
+        trajs = [tr for part in results for tr in part]
+        return {"eval/reward": sum(tr.reward for tr in trajs) / len(trajs),
+                "eval/accuracy": sum(accuracy(tr) for tr in trajs) / len(trajs),
+                "eval/answered": sum(tr.prediction is not None for tr in trajs) / len(trajs),
+                "eval/tool_calls": sum(len(tr.tool_calls) for tr in trajs) / len(trajs),
+                "eval/questions": float(len(trajs)), "time/eval_s": time.perf_counter() - t0}
+
+    async def _eval_share(self, w: int, idx: list[int], attempts: int = 5) -> list[Any]:
+        """One worker's dev questions; re-run on the restarted worker if it dies meanwhile.
+        Each question's seed depends only on the question's index, so a re-run samples the same way."""
+        from trainer.controller import _lost_errors
+
+        items = [self.dev_items[k] for k in idx]
+        for attempt in range(attempts):
+            try:
+                return await self.workers[w].run_eval.remote(items, self.t.eval_seed, self.t.eval_temperature, idx)
+            except _lost_errors():
+                if attempt == attempts - 1:
+                    raise
+                await asyncio.sleep(1.0 + attempt)
+        raise AssertionError("unreachable")
+
+    # -- checkpoints -------------------------------------------------------------------------
+    async def save(self) -> Path:
+        s = self.state
+        tmp = checkpoint.begin(self.run.checkpoints, s.step)
+        await self.learners.save(str(tmp))
+        (tmp / "rng.pkl").write_bytes(pickle.dumps(random.getstate()))
+        # one synchronous block: cursor, in-flight keys, counters and buffer form one consistent cut
+        state = {"loop": s.__dict__, "stream": self.stream.state_dict(self.controller.in_flight_keys()),
+                 "staleness": self.staleness.state_dict(), "controller": dict(self.controller.stats),
+                 "attempts": dict(self.controller.attempts)}
+        return checkpoint.commit(tmp, s.step, json.loads(json.dumps(state)), self.buffer.snapshot(),
+                                 self.t.keep_checkpoints)
+
+    async def restore(self) -> bool:
+        """Continue from the newest checkpoint of the run folder; False when there is none."""
+        path = checkpoint.latest(self.run.checkpoints)
+        if path is None:
+            return False
+        state, groups = checkpoint.load(path)
+        await self.learners.load(str(path))
+        if (path / "rng.pkl").exists():
+            random.setstate(pickle.loads((path / "rng.pkl").read_bytes()))
+        self.state = LoopState(**state["loop"])
+        self.stream.load_state_dict(state["stream"])
+        self.staleness.load_state_dict(state["staleness"])  # accepted restored with the version (#1388)
+        self.controller.stats.update(state.get("controller", {}))
+        self.controller.attempts.update(state.get("attempts", {}))
+        self.buffer.restore(groups)
+        truncate_after(self.run.metrics, self.state.step)
+        truncate_after(self.run.trajectories / "train.jsonl", self.state.step, lambda r: r["meta"].get("step", 0))
+        self.controller._log("resume", step=self.state.step, version=self.state.version,
+                             buffered=len(groups), **self.controller._counts())
+        await self.sync.push(self.state.version)  # engines start from the base weights
+        return True
+
+    def shutdown(self) -> None:
+        import ray
+
+        self.metrics.close()
+        if ray.is_initialized() and not self.t.ray_address:
+            ray.shutdown()

@@ -1,0 +1,112 @@
+"""The training loop: fully asynchronous RL over Ray actors, in the order things happen.
+
+    controller.start()                       # rollout workers generate groups from now on, under the
+                                             # staleness rule (trainer/staleness.py)
+    dev_before = evaluate()                  # same questions, same seed as the final evaluation
+    for step in range(steps):
+        groups  = next_batch(B)              # oldest accepted groups; too-stale ones are refused
+        samples = advantages + filter(groups)
+        learners.train_step(samples)         # decoupled PPO, packed micro-batches, data parallel
+        version += 1
+        sync.push(version)                   # engines pause, take the weights, resume
+        log, evaluate every N, checkpoint every N
+    dev_after = evaluate()
+    RESULT train dev_reward_before=... dev_reward_after=... steps=... minutes=...
+
+Generation never waits for training except through the staleness bound; training waits only for
+B groups. max_staleness = 0 makes the same loop synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from hexsearch.progress import progress
+from hexsearch.rundir import RunDir
+from trainer.batch import build_samples, rollout_metrics
+from trainer.metrics import plot_reward_curve
+from trainer.runtime import Runtime
+
+
+def train(cfg: Any, run: RunDir, resume: bool = False) -> dict[str, Any]:
+    """Train (or continue the run in `run` when `resume`); returns the summary written to results.json."""
+    t_start = time.time()  # minutes count from here: setup (Ray, world, models) included
+    rt = Runtime.create(cfg, run)
+    try:
+        return asyncio.run(_loop(rt, resume, t_start))
+    finally:
+        rt.shutdown()
+
+
+async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
+    t, ctrl = rt.t, rt.controller
+    resumed = resume and await rt.restore()
+    s = rt.state
+    ctrl.start()
+    if not resumed:
+        s.eval_before = await rt.evaluate()
+        rt.metrics.log(0, s.eval_before)
+    with progress("training", total=t.steps) as bar:
+        bar.advance(s.step)
+        while s.step < t.steps and not _out_of_time(t, s.elapsed_s + time.time() - t_start):
+            t0 = time.perf_counter()
+            groups = await ctrl.next_batch(t.batch_size, s.version, s.step)
+            t_wait = time.perf_counter() - t0
+            samples, kept = build_samples(groups, t.advantage, t.filter_groups)
+            stats = await rt.learners.train_step(samples, s.version)
+            s.version += 1
+            sync_s = await rt.sync.push(s.version, ctrl)
+            s.step += 1
+            roll, staleness = rollout_metrics(groups, s.version - 1)
+            metrics = {**roll, **stats, "train/kept_groups": kept, "time/sync_s": sync_s, "time/wait_s": t_wait,
+                       "time/step_s": time.perf_counter() - t0, **_rollout_figures(rt)}
+            if t.eval_every and s.step % t.eval_every == 0 and s.step < t.steps:
+                metrics.update(await rt.evaluate())
+            rt.metrics.log(s.step, metrics, {"rollout/staleness": staleness})
+            _save_trajectories(rt, groups, s.step)
+            if t.save_every and s.step % t.save_every == 0 and s.step < t.steps:
+                s.elapsed_s += time.time() - t_start
+                t_start = time.time()
+                await rt.save()
+            bar.advance(1)
+            bar.update(description=f"step {s.step} reward {roll['train/reward']:.2f} kept {kept}/{len(groups)}")
+    await ctrl.stop()
+    after = await rt.evaluate()
+    s.elapsed_s += time.time() - t_start
+    rt.metrics.log(s.step, after)
+    await rt.save()
+    summary = {"steps": s.step, "minutes": s.elapsed_s / 60, "dev_reward_before": s.eval_before.get("eval/reward"),
+               "dev_reward_after": after.get("eval/reward"), "dev_accuracy_before": s.eval_before.get("eval/accuracy"),
+               "dev_accuracy_after": after.get("eval/accuracy"), "rollouts": dict(ctrl.stats),
+               "staleness": rt.staleness.state_dict()}
+    rt.run.write_json(rt.run.results, summary)
+    plot_reward_curve(rt.run.metrics, rt.run.path / "reward_curve.png")
+    return summary
+
+
+def _out_of_time(t: Any, elapsed_s: float) -> bool:
+    """The time budget is spent (training stops early; the final evaluation still runs)."""
+    return t.time_budget_min > 0 and elapsed_s >= 60 * t.time_budget_min
+
+
+def _rollout_figures(rt: Runtime) -> dict[str, float]:
+    """Queue depths and generation speed since the previous step."""
+    c, stats = rt.staleness.c, rt.controller.stats
+    gen, last = stats["gen_tokens"], rt.last_gen
+    rt.last_gen = (gen, time.perf_counter())
+    return {"rollout/queue_depth": float(len(rt.buffer)), "rollout/running": float(c.running),
+            "rollout/accepted": float(c.accepted), "rollout/rejected": float(c.rejected),
+            "rollout/refused_stale": float(c.refused), "rollout/lost": float(stats["lost"]),
+            "rollout/gen_tokens_per_s": (gen - last[0]) / max(time.perf_counter() - last[1], 1e-9)}
+
+
+def _save_trajectories(rt: Runtime, groups: list, step: int) -> None:
+    if not rt.t.save_trajectories:
+        return
+    with (rt.run.trajectories / "train.jsonl").open("a") as f:
+        for g in groups:
+            for tr in g.trajectories:
+                tr.meta.update(step=step, key=g.key)
+                f.write(tr.to_json() + "\n")
