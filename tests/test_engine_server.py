@@ -78,14 +78,8 @@ def teacher_forced(model, prompt: list[int], output: list[int]) -> list[float]:
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    model = load_model("tiny-random", dtype="float32")
-    g = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim > 1:
-                p.add_(0.5 * p.std() * torch.randn(p.shape, generator=g))
     changed = tmp_path_factory.mktemp("weights") / "changed"
-    model.save_pretrained(changed)
+    model = suite.perturbed_tiny(changed, seed=11)
     return {"original": str(resolve_model("tiny-random")), "changed": str(changed), "changed_model": model}
 
 

