@@ -11,7 +11,19 @@ import sys
 
 import typer
 
-from hexsearch.commands import ask, config_cmd, datagen, demo, eval_cmd, index, plan, serve, tools_cmd, train, world
+from hexsearch.commands import (
+    ask,
+    config_cmd,
+    datagen,
+    demo,
+    eval_cmd,
+    index,
+    plan,
+    serve,
+    tools_cmd,
+    train,
+    world,
+)
 
 app = typer.Typer(
     name="hexsearch", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,

@@ -155,7 +155,7 @@ def field_docs(cls: type) -> dict[str, str]:
         return {}
     body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for prev, node in zip(body, body[1:]):
+    for prev, node in zip(body, body[1:], strict=False):
         if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name)
                 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
                 and isinstance(node.value.value, str)):

@@ -42,3 +42,21 @@ def test_demo_help_and_shipped_quickstart_resolves():
 
     cfg = load_config("configs/quickstart.yaml")
     assert cfg.engine.model == "smollm2-135m-instruct" and cfg.train.time_budget_min <= 15
+
+
+def test_demo_trains_and_ends_with_the_result_line(tmp_path):
+    """`hexsearch demo` (what `make demo` runs) end to end, shrunk to the tiny model and one step."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-m", "hexsearch.cli", "demo", f"run.root={tmp_path}", "run.name=d",
+         "engine.model=tiny-random", "world.entities=30", f"world.out={tmp_path / 'world'}", "train.steps=1",
+         "train.batch_size=2", "train.group_size=2", "train.eval_questions=2", "train.save_every=0",
+         "agent.max_new_tokens=8", "train.engine_replicas=1"],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("world: 30 entities")
+    results = json.loads((tmp_path / "d" / "results.json").read_text())
+    assert results["steps"] == 1
+    assert out.stdout.strip().splitlines()[-1] == result_line(results)
+    assert (tmp_path / "d" / "reward_curve.png").exists()

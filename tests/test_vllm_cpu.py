@@ -196,3 +196,33 @@ async def test_tied_checkpoint_state_dict_and_bad_prompt_are_refused(engine, tmp
     ok = await asyncio.wait_for(engine.generate(_req(4)), 60)  # the server survived all of it
     assert len(ok.output_ids) >= 1
 
+
+def test_training_against_vllm_moves_its_weights_and_versions(vllm_server, checkpoints, tmp_path):
+    """`hexsearch train` with engine.backend=vllm: the learner saves untied folders, vLLM reloads them,
+    and every token the trainer consumes carries the version vLLM produced it under (runs last: it
+    leaves the server at the trained weights)."""
+    from test_train_e2e import tiny_config
+    from test_train_remote import check_remote_run
+
+    from hexsearch.rundir import RunDir
+    from trainer.train import train
+
+    server = vllm_server[0]
+
+    async def reset():  # back to the base weights as version 0, which a fresh run starts from
+        engine = VLLMEngine(server.url, str(checkpoints["base"]), backend="vllm")
+        await engine.update_weights(checkpoints["base"], 0)
+        await engine.aclose()
+
+    asyncio.run(reset())
+    cfg = tiny_config(tmp_path, tmp_path / "world", **{
+        "engine.backend": "vllm", "engine.model": str(checkpoints["base"]), "engine.urls": f"[{server.url}]",
+        "train.steps": 2, "train.max_staleness": 0, "train.eval_every": 0, "train.save_every": 0,
+        "train.eval_questions": 2, "train.tool_latency_median_s": 0})
+    run = RunDir.create(cfg.run.root, cfg.run.name)
+    summary = train(cfg, run)
+    check_remote_run(run, summary, steps=2)
+    info = asyncio.run(VLLMEngine(server.url, str(checkpoints["base"]))._request("GET", "/weight_info"))
+    assert info["weight_version"] == "2"
+    saved = json.loads((run.path / "weights" / "v2" / "config.json").read_text())
+    assert saved["tie_word_embeddings"] is False

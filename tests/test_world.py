@@ -292,16 +292,6 @@ def test_cli_generate_show_verify(tmp_path):
     assert missing.returncode == 2 and "no world" in missing.stderr
 
 
-def test_demo_generates_the_world_into_a_run_folder(tmp_path):
-    done = hexsearch("demo", f"run.root={tmp_path}", "run.name=d", "world.entities=60")
-    assert done.returncode == 0, done.stderr
-    run = tmp_path / "d"
-    results = json.loads((run / "results.json").read_text())
-    assert results["world"]["questions"]["total"] == 180 and (run / "world" / "corpus.jsonl").exists()
-    assert (run / "config.yaml").exists() and "sample dev question" in done.stdout
-    assert "1. https://hexwiki.test/wiki/" in done.stdout
-
-
 @pytest.mark.slow
 def test_two_thousand_entities_verify(tmp_path):
     summary = generate_world(tmp_path, entities=2000, seed=0)

@@ -1,7 +1,8 @@
-"""The embedded engine hosted in a Ray actor, and a proxy that is an InferenceEngine again.
+"""An engine hosted in a Ray actor, and a proxy that is an InferenceEngine again.
 
-    EngineActor   owns one engine built by `serving.factory.build_engine(cfg.engine)` (the embedded
-                  engine: continuous batching, pause/resume, in-memory weight updates)
+    EngineActor   owns one engine built by `serving.factory.build_engine(cfg.engine)`: the embedded
+                  engine (continuous batching, pause/resume, in-memory weight updates), or the client
+                  (one server, or a pool) of remote vLLM/SGLang/hexsearch servers
     EngineProxy   implements `serving.protocol.InferenceEngine` over one or more EngineActor handles;
                   rollout workers and the driver hold it like any engine. Requests are routed by a
                   stable hash of their request id, so every call of one trajectory reaches the same

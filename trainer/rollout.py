@@ -1,7 +1,7 @@
 """Rollout workers: Ray actors that run many agent episodes at once on asyncio.
 
-A worker holds an engine client (the EngineProxy over the embedded engine actors, or a remote
-vLLM/SGLang client built from `cfg.engine`) and the tools (`tools.factory.build_tools`). The
+A worker holds an engine client (an EngineProxy over the engine actors: embedded engines, or the
+one actor that holds the client of remote vLLM/SGLang servers) and the tools (`tools.factory.build_tools`). The
 controller hands it one group at a time: G episodes of the same question, run concurrently with the
 same agent code that evaluation and the demo use (`agent.loop.run_episode`). A worker keeps no state
 the run depends on: if it crashes, Ray restarts it and the controller re-runs its lost groups.
@@ -48,7 +48,7 @@ def _tools_by_name(tools: Any) -> dict[str, Any]:
 class RolloutWorker:
     """Ray actor body (created with `ray.remote(...)(RolloutWorker)` in `start_rollout_workers`)."""
 
-    def __init__(self, cfg: Any, engine_handles: list[Any] | None, index: int = 0, threads: int = 1):
+    def __init__(self, cfg: Any, engine_handles: list[Any], index: int = 0, threads: int = 1):
         import torch
 
         torch.set_num_threads(max(1, threads))
@@ -62,15 +62,9 @@ class RolloutWorker:
         if self.engine is not None:
             return
         from tools.factory import build_tools
+        from trainer.engine_actor import EngineProxy
 
-        if self._handles:
-            from trainer.engine_actor import EngineProxy
-
-            self.engine = EngineProxy(self._handles, self.cfg.engine.model)
-        else:
-            from serving.factory import build_engine
-
-            self.engine = build_engine(self.cfg.engine)
+        self.engine = EngineProxy(self._handles, self.cfg.engine.model)
         tools = build_tools(self.cfg.tools)
         t = self.cfg.train
         if t.tool_latency_median_s > 0:
@@ -128,7 +122,7 @@ def _qid(q: Any) -> str:
     return str(getattr(q, "id", "") or abs(hash(str(q))) % 10**8)
 
 
-def start_rollout_workers(cfg: Any, engine_handles: list[Any] | None, placement: dict[str, Any],
+def start_rollout_workers(cfg: Any, engine_handles: list[Any], placement: dict[str, Any],
                           threads: int) -> list[Any]:
     """Create the rollout worker actors (restarted by Ray up to `train.worker_max_restarts` times)."""
     import ray

@@ -75,20 +75,18 @@ class Runtime:
 
             cfg = replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))  # built once, here
             self.cfg = cfg
+        from trainer.engine_actor import EngineProxy, start_engine_actors
         from trainer.learner_group import LearnerGroup
         from trainer.rollout import start_rollout_workers
 
-        if embedded:
-            from trainer.engine_actor import EngineProxy, start_engine_actors
-
-            handles = start_engine_actors(cfg.engine, t.engine_replicas, ray_options(t.engine_resources),
-                                          role_threads(t.engine_resources))
-            self.engines: list[Any] = [EngineProxy(handles, cfg.engine.model)]
-        else:
-            from serving.factory import build_engine
-
-            handles = None
-            self.engines = [build_engine(cfg.engine)]
+        # Remote servers are driven by one client (a pool over all `engine.urls`) inside one actor, so
+        # that generation, pause and weight updates pass through the same object: a remote client
+        # stamps each call with the version it was sent under, which is exact only for the client
+        # that also pauses and updates (serving/remote.py).
+        replicas, placement = ((t.engine_replicas, ray_options(t.engine_resources)) if embedded
+                               else (1, {"num_cpus": 0}))
+        handles = start_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources))
+        self.engines: list[Any] = [EngineProxy(handles, cfg.engine.model)]
         self.learners = LearnerGroup(cfg, ray_options(t.learner_resources), role_threads(t.learner_resources))
         self.workers = start_rollout_workers(cfg, handles, ray_options(t.rollout_resources),
                                              role_threads(t.rollout_resources))
