@@ -48,8 +48,11 @@ def init_ray(cfg: TrainConfig, embedded: bool = True) -> None:
     # OpenMP threads that spin while waiting are ruinous when cores are shared (two torch processes
     # on 2 cores ran decoding ~10x slower); passive waiting costs little on dedicated cores.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Every actor loads a model or tokenizer; their "Loading weights" bars would bury the run's own progress.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     env = {"env_vars": {k: os.environ[k] for k in ("HEXSEARCH_CACHE", "HEXSEARCH_QUIET", "HF_HUB_OFFLINE",
-                                                   "TOKENIZERS_PARALLELISM", "RAY_AUTH_MODE", "OMP_WAIT_POLICY")
+                                                   "TOKENIZERS_PARALLELISM", "RAY_AUTH_MODE", "OMP_WAIT_POLICY",
+                                                   "HF_HUB_DISABLE_PROGRESS_BARS")
                         if k in os.environ}}
     if cfg.ray_address:
         ray.init(address=cfg.ray_address, runtime_env=env, log_to_driver=True)
