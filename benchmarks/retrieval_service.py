@@ -12,7 +12,7 @@ cache cannot inflate the figure; the run checks that its hit count did not move.
 identical for every query (a swap between two documents whose scores tie within 1e-5 is reported
 separately as a tie, not hidden).
 
-    python benchmarks/retrieval_service.py [--requests 512] [--clients 64] [--rounds 2] [--entities 400]
+    python benchmarks/retrieval_service.py [--requests 1024] [--clients 64] [--rounds 3] [--entities 400]
 
 Rounds alternate the order (reference first, then ours first, ...) and figures are medians over
 rounds, so background load that drifts during the run biases neither side.
@@ -217,12 +217,12 @@ def workload(entities: int, n: int, warm: int) -> tuple[Path, list[str], list[st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--requests", type=int, default=512)
+    ap.add_argument("--requests", type=int, default=1024)
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--topk", type=int, default=3)
     ap.add_argument("--entities", type=int, default=400)
     ap.add_argument("--warmup", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=2, help="rounds, alternating which server goes first")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, alternating which server goes first")
     ap.add_argument("--threads", type=int, default=0, help="torch/FAISS threads in both servers (0: default)")
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--max-wait-ms", type=float, default=2.0)

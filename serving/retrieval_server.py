@@ -13,8 +13,8 @@ Wire format (unchanged from the peers, so their clients work as they are):
     GET /health -> {"status": "ok", "docs", "dim", "index_type", "encoder"}
     GET /stats  -> requests, queries, batch-size histogram, latency p50/p90/p99, query-cache hits
 
-All model and FAISS work runs in a worker process (tools/runners.py), fed batches by the
-batcher (tools/batcher.py); page lookups run in the thread pool; handlers only
+All model and FAISS work runs in worker processes (tools/runners.py; one batch in flight per
+process), fed batches by the batcher (tools/batcher.py); page lookups run in the thread pool; handlers only
 await, so the event loop never blocks and never fights the encoder for the GIL.
 """
 
@@ -38,7 +38,7 @@ from tools.batcher import RetrievalBatcher
 from tools.docstore import PageStore
 from tools.index import read_meta
 from tools.retriever import Retriever
-from tools.runners import ProcessRunner, ThreadRunner
+from tools.runners import ProcessRunner, ThreadRunner, default_workers
 
 MAX_TOPK = 1000
 
@@ -71,11 +71,13 @@ class _Latency:
 
 
 def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_batch: int = 64,
-               max_wait_ms: float = 2.0, worker: str = "process", **retriever_kwargs: Any) -> FastAPI:
+               max_wait_ms: float = 2.0, worker: str = "process", workers: int = 0,
+               **retriever_kwargs: Any) -> FastAPI:
     """FastAPI app serving an index (see the module docstring).
 
-    `source` is an index folder — loaded by a worker process (`worker="process"`, the default) or
-    in this process on a worker thread (`worker="thread"`) — or an already-loaded Retriever (thread).
+    `source` is an index folder — loaded by `workers` worker processes (`worker="process"`, the
+    default; 0 workers: one per core, at most 4) or in this process on a worker thread
+    (`worker="thread"`) — or an already-loaded Retriever (thread).
     `retriever_kwargs` (threads, query_cache_size, ...) go to the Retriever the worker builds.
     """
     if isinstance(source, Retriever):
@@ -86,7 +88,7 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
         read_meta(index_dir)  # fail here, with a clear message, not in the worker
         retriever_kwargs.setdefault("batch_size", max_batch)
         if worker == "process":
-            runner = ProcessRunner(index_dir, **retriever_kwargs)
+            runner = ProcessRunner(index_dir, workers=workers or default_workers(), **retriever_kwargs)
         elif worker == "thread":
             runner = ThreadRunner(Retriever(index_dir, **retriever_kwargs))
         else:
@@ -188,13 +190,13 @@ class ServerThread:
 
 def run_retrieval_server(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000, default_topk: int = 3,
                          max_batch: int = 64, max_wait_ms: float = 2.0, threads: int = 0, worker: str = "process",
-                         query_cache_size: int = 10_000, addr_file: str | Path | None = None,
+                         workers: int = 0, query_cache_size: int = 10_000, addr_file: str | Path | None = None,
                          on_ready: Any = None) -> None:
     """Serve an index until interrupted; writes `host:port` to `addr_file` once listening and warm."""
     import uvicorn
 
     app = create_app(index_dir, default_topk=default_topk, max_batch=max_batch, max_wait_ms=max_wait_ms,
-                     worker=worker, threads=threads, query_cache_size=query_cache_size)
+                     worker=worker, workers=workers, threads=threads, query_cache_size=query_cache_size)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))

@@ -31,8 +31,9 @@ def retriever(world):
 
 @pytest.fixture(scope="module")
 def service(world):
-    """The service as `hexsearch serve retrieval` runs it: the index loaded by a worker process."""
-    with ServerThread(create_app(world[1], default_topk=3, max_batch=32, max_wait_ms=2.0)) as srv:
+    """The service as `hexsearch serve retrieval` runs it: the index loaded by worker processes (two,
+    the default on a 2-core machine, named here so the test means the same on any machine)."""
+    with ServerThread(create_app(world[1], default_topk=3, max_batch=32, max_wait_ms=2.0, workers=2)) as srv:
         yield srv
 
 
@@ -119,6 +120,9 @@ def test_concurrent_clients_are_batched_and_correct(service, retriever, qs):
     assert after["batching"]["queries"] - before["batching"]["queries"] == 64
     assert new_batches < 64  # some requests shared a batch
     assert any(int(label.split("-")[0]) > 1 for label in after["batching"]["batch_size_histogram"])
+    assert after["batching"]["peak_in_flight"] == 2  # both encoder processes had a batch at once
+    looked_up = {k: after["query_cache"][k] - before["query_cache"][k] for k in ("hits", "misses")}
+    assert looked_up["hits"] + looked_up["misses"] == 64  # counted once each, summed over both workers
 
 
 def test_health_and_stats(service, retriever):
@@ -126,7 +130,8 @@ def test_health_and_stats(service, retriever):
     assert health == {"status": "ok", "docs": retriever.size, "dim": 384, "index_type": "flat",
                       "encoder": "minilm", "pages": True}
     post(service, "/retrieve", {"queries": ["repeat me"] * 2})
-    post(service, "/retrieve", {"queries": ["repeat me"]})
+    for _ in range(4):  # each worker process has its own cache: one of them sees the query again
+        post(service, "/retrieve", {"queries": ["repeat me"]})
     stats = httpx.get(service.url + "/stats").json()
     assert stats["retrieve"]["requests"] >= 2 and stats["retrieve"]["p99_ms"] >= stats["retrieve"]["p50_ms"] > 0
     assert stats["query_cache"]["hits"] >= 2  # the repeated query was encoded once
@@ -137,7 +142,9 @@ def test_a_killed_worker_is_replaced(service, qs):
     """The worker process dies: the next request gets a retryable 503, then a new worker serves."""
     assert post(service, "/retrieve", {"queries": qs[:1]}).status_code == 200
     runner = service.app.state.batcher.runner
-    (pid,) = list(runner.executor._processes)
+    pids = list(runner.executor._processes)
+    assert len(pids) == 2
+    pid = pids[0]
     os.kill(pid, signal.SIGKILL)
     while alive(pid):
         time.sleep(0.05)

@@ -8,8 +8,10 @@ for company, and not at all when a backlog is already there — and hands the wh
 runner (tools/runners.py: a worker process or thread that encodes once, searches once per
 distinct top-k and fetches documents once; or, client-side, one HTTP request to a retrieval
 service carrying every query — tools/search.py). While the runner computes, new requests
-queue up and form the next batch, so batch size grows with load on its own. The event loop
-never runs model code, so handlers stay responsive.
+queue up and form the next batch, so batch size grows with load on its own. A runner with
+several workers (`parallelism`) gets one batch per worker in flight; when several workers are
+idle, the queue is split evenly between them. The event loop never runs model code, so handlers
+stay responsive.
 
 The collector runs on the event loop that first calls `search`; one batcher serves one loop.
 """
@@ -59,6 +61,9 @@ class RetrievalBatcher:
         self.histogram: dict[str, int] = {}
         self.queue_wait_s = 0.0
         self.compute_s = 0.0
+        self.in_flight = 0
+        """Batches handed to the runner and not yet finished (at most the runner's `parallelism`)."""
+        self.peak_in_flight = 0
 
     def _ensure_started(self) -> None:
         if self._task is None or self._task.done():
@@ -81,33 +86,53 @@ class RetrievalBatcher:
 
     async def _collect(self) -> None:
         assert self._arrived is not None and self._full is not None
+        # One batch in flight per runner worker; a batch is formed only when a worker is free, so it
+        # takes what queued meanwhile -- its share of it when several workers are free, so that a
+        # burst is split between idle workers instead of going to one while the others wait.
+        workers = getattr(self.runner, "parallelism", 1)
+        free = asyncio.Semaphore(workers)
+        running: set[asyncio.Task] = set()
         while True:
+            await free.acquire()
             await self._arrived.wait()
             if len(self._pending) < self.max_batch and self.max_wait_s > 0:
                 try:
                     await asyncio.wait_for(self._full.wait(), self.max_wait_s)
                 except TimeoutError:
                     pass
-            batch = [it for it in self._pending[:self.max_batch] if not it.future.done()]
-            del self._pending[:self.max_batch]
+            idle = workers - self.in_flight  # this worker and the others free now (>= 1: we hold a slot)
+            take = min(self.max_batch, -(-len(self._pending) // idle))
+            batch = [it for it in self._pending[:take] if not it.future.done()]
+            del self._pending[:take]
             if not self._pending:
                 self._arrived.clear()
             if len(self._pending) < self.max_batch:
                 self._full.clear()
             if not batch:
+                free.release()
                 continue
-            t0 = time.perf_counter()
-            try:
-                results = await self.runner.run([(it.query, it.topk) for it in batch])
-            except Exception as exc:  # noqa: BLE001 - hand the failure to every waiting caller
-                for it in batch:
-                    if not it.future.done():
-                        it.future.set_exception(exc)
-                continue
-            self._account(batch, t0)
-            for it, hits in zip(batch, results, strict=True):
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            task = asyncio.get_running_loop().create_task(self._run(batch, free))
+            running.add(task)  # a reference, so the task is not garbage-collected while it runs
+            task.add_done_callback(running.discard)
+
+    async def _run(self, batch: list[_Item], free: asyncio.Semaphore) -> None:
+        t0 = time.perf_counter()
+        try:
+            results = await self.runner.run([(it.query, it.topk) for it in batch])
+        except Exception as exc:  # noqa: BLE001 - hand the failure to every waiting caller
+            for it in batch:
                 if not it.future.done():
-                    it.future.set_result(hits)
+                    it.future.set_exception(exc)
+            return
+        finally:
+            self.in_flight -= 1
+            free.release()
+        self._account(batch, t0)
+        for it, hits in zip(batch, results, strict=True):
+            if not it.future.done():
+                it.future.set_result(hits)
 
     def _account(self, batch: list[_Item], started: float) -> None:
         n = len(batch)
@@ -122,6 +147,7 @@ class RetrievalBatcher:
                 "mean_batch_size": self.batched_queries / self.batches if self.batches else 0.0,
                 "batch_size_histogram": dict(sorted(self.histogram.items(), key=lambda kv: int(kv[0].split("-")[0]))),
                 "mean_queue_wait_ms": 1000 * self.queue_wait_s / max(1, self.batched_queries),
+                "peak_in_flight": self.peak_in_flight,
                 "compute_s": round(self.compute_s, 4)}
 
     async def warmup(self) -> None:

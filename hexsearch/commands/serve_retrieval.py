@@ -20,6 +20,8 @@ def register(serve_app: typer.Typer) -> None:
         query_cache: int = typer.Option(10_000, "--query-cache", help="Query embeddings kept in the LRU cache."),
         addr_file: str = typer.Option("", "--addr-file", help="Write host:port here once listening."),
         worker: str = typer.Option("process", "--worker", help="process (encoder in its own process) or thread."),
+        workers: int = typer.Option(0, "--workers", help="Encoder processes, one batch in flight each "
+                                                           "(0: one per core, at most 4)."),
     ) -> None:
         from hexsearch.progress import console
         from serving.retrieval_server import run_retrieval_server
@@ -32,6 +34,7 @@ def register(serve_app: typer.Typer) -> None:
         try:
             run_retrieval_server(index, host=host, port=port, default_topk=topk, max_batch=max_batch,
                                  max_wait_ms=max_wait_ms, threads=threads, query_cache_size=query_cache, worker=worker,
+                                 workers=workers,
                                  addr_file=addr_file or None, on_ready=ready)
         except IndexFolderError as e:
             raise UserError(str(e)) from e
