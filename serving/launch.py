@@ -72,21 +72,35 @@ class ManagedServer:
             return "(no log)"
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM the process group, SIGKILL it after `grace_s`; idempotent."""
-        if self.alive():
-            for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-                try:
-                    os.killpg(self.process.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.process.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+        """SIGTERM the process group, SIGKILL it after `grace_s`; idempotent.
+
+        Waits for the whole group, not only its leader: vLLM's engine-core child outlives the API server
+        by a few seconds, and a caller that reuses the memory or the port must not race it.
+        """
+        group = self.process.pid
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            if not self._group_alive(group):
+                break
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while self._group_alive(group) and time.monotonic() < deadline:
+                time.sleep(0.1)
         if self.run_dir is not None:
             self.run_dir.record_engine(self.name, {**self.info, "status": "stopped", "stopped_at": time.time()})
             self.run_dir = None
+
+    def _group_alive(self, group: int) -> bool:
+        self.process.poll()  # reap the leader, else its zombie keeps the group "alive"
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # pragma: no cover - a recycled group id we do not own
+            return False
+        return True
 
     def __enter__(self) -> ManagedServer:
         return self
