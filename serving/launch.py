@@ -77,28 +77,26 @@ class ManagedServer:
         Waits for the whole group, not only its leader: vLLM's engine-core child outlives the API server
         by a few seconds, and a caller that reuses the memory or the port must not race it.
         """
-        group = self.process.pid
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            if not self._group_alive(group):
+            if not self._group_alive():
                 break
             try:
-                os.killpg(group, sig)
+                os.killpg(self.process.pid, sig)
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait
-            while self._group_alive(group) and time.monotonic() < deadline:
+            while self._group_alive() and time.monotonic() < deadline:
                 time.sleep(0.1)
         if self.run_dir is not None:
             self.run_dir.record_engine(self.name, {**self.info, "status": "stopped", "stopped_at": time.time()})
             self.run_dir = None
 
-    def _group_alive(self, group: int) -> bool:
+    def _group_alive(self) -> bool:
+        """Whether any process of the server's group (its id is the leader's pid) still exists."""
         self.process.poll()  # reap the leader, else its zombie keeps the group "alive"
         try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # pragma: no cover - a recycled group id we do not own
+            os.killpg(self.process.pid, 0)
+        except (ProcessLookupError, PermissionError):  # gone, or the id was recycled by someone else's group
             return False
         return True
 
