@@ -242,7 +242,7 @@ class EmbeddedEngine:
         return {"ok": self._thread.is_alive() and not self._closed, "version": r.version, "running": r.n_running,
                 "waiting": len(self._waiting), "paused": self._paused is not None, "pause_mode": self._paused,
                 "tokens_generated": r.tokens_generated, "tokens_per_s": round(r.tokens_per_s(), 2),
-                "prefill_tokens": r.prefill_tokens,
+                "prefill_tokens": r.prefill_tokens, "stem_tokens_saved": r.stem_tokens_saved,
                 "model": self.name, "max_batch_size": r.max_batch_size, "max_model_len": self.max_model_len,
                 "kv_cache_bytes": r.kv.allocated_bytes, "prefix_cache": r.prefix.stats(),
                 "last_error": None if self._error is None else repr(self._error)}

@@ -23,6 +23,7 @@ so `logits_to_keep=1` yields the first-token logits of every row that completes 
 from __future__ import annotations
 
 import inspect
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +34,9 @@ import torch
 from serving.kv import PrefixCache, PrefixEntry, SlotKVCache
 from serving.protocol import Completion, GenerateRequest
 from serving.sampling import BatchParams, sample
+
+STEM_MIN = 16
+"""Fewest shared leading tokens worth a separate stem prefill (see `BatchRunner._prefill_stem`)."""
 
 
 @dataclass
@@ -109,6 +113,7 @@ class BatchRunner:
         self._params: BatchParams | None = None
         self.tokens_generated = 0
         self.prefill_tokens = 0
+        self.stem_tokens_saved = 0
         self.rate_window: deque[tuple[float, int]] = deque()
 
     # ---- bookkeeping ---------------------------------------------------------------------------
@@ -166,6 +171,7 @@ class BatchRunner:
             reuse[id(seq)] = self.prefix.take_match(seq.request.request_id, seq.prompt)
             if reuse[id(seq)][1] is None:
                 reuse[id(seq)] = self.prefix.longest_shared(seq.prompt)
+        self._prefill_stem(seqs, reuse)
         for seq in sorted(seqs, key=lambda s: -reuse[id(s)][0]):  # the longest reused prefix leads
             lead = leaders.setdefault(tuple(seq.prompt), seq)
             if lead is not seq:
@@ -183,6 +189,41 @@ class BatchRunner:
                 self.kv.write_row(seq.row, entry.kv[:, :, :, :n])
             seq.kv_len = n
         self.wave = ordered
+
+    def _prefill_stem(self, seqs: list[Seq], reuse: dict[int, tuple]) -> None:
+        """Prefill once the prefix several different prompts of this wave share (the system prompt and
+        worked examples of a batch of episodes) and let each of them copy it.
+
+        Right after a weight update the prefix cache is empty, so without this every question of the
+        wave would prefill the same few hundred system-prompt tokens again. The stem is kept in the
+        prefix cache like a finished request, so later waves of the same version reuse it too. Only
+        the largest bucket of prompts with the same first `STEM_MIN` tokens counts, and the stem stops
+        one token short of its shortest prompt (whose last token must give first-token logits).
+        """
+        fresh = {tuple(s.prompt): s.prompt for s in seqs if reuse[id(s)][0] < STEM_MIN}
+        buckets: dict[tuple[int, ...], list[list[int]]] = {}
+        for prompt in fresh.values():
+            if len(prompt) > STEM_MIN:
+                buckets.setdefault(tuple(prompt[:STEM_MIN]), []).append(prompt)
+        group = max(buckets.values(), key=len, default=[])
+        if len(group) < 2:
+            return
+        first = group[0]
+        n = min(len(os.path.commonprefix(group)), min(len(p) for p in group) - 1)  # works on any sequences
+        row = self.n_dec + len(seqs)  # a scratch row past the wave's rows
+        self.kv.ensure(row + 1, n + 1, n + 1)
+        for start in range(0, n, self.prefill_chunk_tokens):
+            stop = min(n, start + self.prefill_chunk_tokens)
+            ids = torch.tensor([first[start:stop]], dtype=torch.long, device=self.device)
+            self._forward(ids, torch.arange(start, stop, device=self.device)[None, :], row)
+        entry = PrefixEntry(first[:n], self.kv.read_row(row, n))
+        self.prefill_tokens += n
+        self.stem_tokens_saved += n * (len(group) - 1)
+        if self.prefix.max_bytes > 0:
+            self.prefix.put(f"__stem__/{self.epoch}/{hash(tuple(entry.token_ids))}", entry)
+        for seq in seqs:
+            if reuse[id(seq)][0] < n and seq.prompt[:n] == entry.token_ids:
+                reuse[id(seq)] = (n, entry)
 
     # ---- forward passes ------------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, row0: int) -> torch.Tensor:

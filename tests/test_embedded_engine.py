@@ -147,6 +147,34 @@ async def test_shared_system_prompt_is_prefilled_once(engine, tiny):
     assert max_diff(teacher_forced(tiny, system + q2, out.output_ids), out.logprobs) < 1e-3
 
 
+async def test_a_wave_of_new_episodes_prefills_their_common_stem_once(engine, tiny):
+    """Different questions behind one system prompt, admitted together (just after a weight update the
+    cache is empty): the system prompt is prefilled once, copied to each, and every log-prob still
+    equals the teacher-forced one."""
+    tok = engine.tokenizer
+    system = tok.encode("Search first, then answer briefly. " * 5, add_special_tokens=False)
+    questions = [tok.encode(q, add_special_tokens=False) for q in (" Who founded Rome?", " When was Paris built?",
+                                                                   " Where is Oslo?")]
+    await engine.reset_prefix_cache()
+    await engine.pause("wait")
+    before = await engine.health()
+    tasks = [asyncio.create_task(engine.generate(GenerateRequest(
+        system + q, SamplingParams(max_new_tokens=4, ignore_eos=True, **EXACT), request_id=f"stem-{i}")))
+        for i, q in enumerate(questions)]
+    await asyncio.sleep(0.05)  # all three are queued before admission resumes
+    await engine.resume()
+    outs = await asyncio.gather(*tasks)
+    after = await engine.health()
+    assert after["stem_tokens_saved"] - before["stem_tokens_saved"] >= 2 * len(system)
+    prefilled = after["prefill_tokens"] - before["prefill_tokens"]
+    assert prefilled <= len(system) + sum(len(q) for q in questions) + 2  # the stem stops one token short
+    for q, out in zip(questions, outs, strict=True):
+        assert max_diff(teacher_forced(tiny, system + q, out.output_ids), out.logprobs) < 1e-3
+    # the stem stays cached: a later episode of the same version copies it instead of prefilling it
+    later = await engine.generate(GenerateRequest(system + questions[0][:-1], SamplingParams(max_new_tokens=2)))
+    assert (await engine.health())["prefill_tokens"] - after["prefill_tokens"] < len(system) and later.output_ids
+
+
 async def test_weight_update_invalidates_cached_prefixes(engine, weights):
     p = suite.prompts(engine, 2)[0]
     await engine.generate(GenerateRequest(p, SamplingParams(max_new_tokens=3), request_id="traj-x"))

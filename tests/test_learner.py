@@ -80,7 +80,8 @@ def _grouped_samples(groups: int = 3, g: int = 3, seed: int = 0) -> list[Sample]
 
 
 def test_prefix_sharing_is_exact(tiny_model_spec):
-    """Shared-prefix forwards give the same log-probs and the same update as full forwards."""
+    """Shared-prefix forwards (a step-wide stem, then per-group prefixes) give the same log-probs and
+    the same update as full forwards."""
     shared = Learner(TrainConfig(lr=1e-2, share_prefix=True, micro_batch_tokens=400), tiny_model_spec)
     full = Learner(TrainConfig(lr=1e-2, share_prefix=False, micro_batch_tokens=400), tiny_model_spec)
     samples = _grouped_samples()
@@ -91,6 +92,7 @@ def test_prefix_sharing_is_exact(tiny_model_spec):
         assert x == pytest.approx(_reference_logprobs(full.model, s), abs=2e-4)
     shared.train_step(samples, version=0)
     full.train_step(samples, version=0)
+    assert shared.stem_tokens >= 24 and full.stem_tokens == 0  # the system prompt ran once for all micro-batches
     for k, v in full.trainable_state().items():
         assert torch.allclose(v, shared.trainable_state()[k], atol=1e-5), k
 
@@ -198,3 +200,17 @@ def test_data_parallel_equals_single_learner(tiny_model_spec):
     assert out["stats"]["train/grad_norm"] == pytest.approx(stats["train/grad_norm"], rel=1e-4)
     for k, v in single.trainable_state().items():
         assert torch.allclose(v, out["state"][k], atol=1e-6), k
+
+
+def test_entropy_bonus_raises_policy_entropy(tiny_model_spec):
+    """With every advantage 0 only the bonus moves the weights: entropy rises under it and nothing moves without it."""
+    samples = _samples()
+    for s in samples:
+        s.advantage = 0.0
+    plain = Learner(TrainConfig(lr=1e-2, entropy_coef=0.0), tiny_model_spec)
+    w0 = {k: v.clone() for k, v in plain.trainable_state().items()}
+    plain.train_step(samples, version=0)
+    assert all(torch.equal(w0[k], v) for k, v in plain.trainable_state().items())
+    bonus = Learner(TrainConfig(lr=1e-3, entropy_coef=1.0), tiny_model_spec)
+    seen = [bonus.train_step(samples, version=v)["train/entropy"] for v in range(3)]  # each at pre-step weights
+    assert seen[0] < seen[1] < seen[2]

@@ -69,6 +69,8 @@ class TrainConfig:
     """PPO clip epsilon (lower)."""
     eps_clip_high: float = 0.28
     """PPO clip epsilon (upper, DAPO-style clip-higher)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: the loss subtracts `entropy_coef` x the token-mean policy entropy (0: off)."""
     behav_weight_cap: float = 5.0
     """Tokens whose behaviour weight pi_prox/pi_behav exceeds this are masked from the loss (0: no cap)."""
     prox_logp: str = "recompute"
@@ -83,7 +85,8 @@ class TrainConfig:
     `concat` (sequences concatenated in one row with restarting position ids: block-diagonal attention)."""
     share_prefix: bool = True
     """Forward the prefix all rows of a micro-batch share (system prompt, a group's question) once and
-    reuse its keys/values for every row (`pad` packing; exact, ~35% less compute for G=4 groups)."""
+    reuse its keys/values for every row (`pad` packing; exact, ~35% less compute for G=4 groups). With
+    several micro-batches, the prefix all samples of a step share runs once for all of them."""
     lora_rank: int = 0
     """LoRA rank; 0 trains all weights."""
     lora_alpha: float = 32.0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import os
 import time
 import warnings
 from typing import Any
@@ -83,43 +84,74 @@ class Learner:
         self.share_prefix = cfg.share_prefix and cfg.packing == "pad" and not cfg.gradient_checkpointing
         params = inspect.signature(self.base.get_decoder().forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.stem_tokens = 0
+        """Prompt tokens whose forward and backward the step-wide stem saved, over the run."""
 
     # -- forward ---------------------------------------------------------------------------
-    def _logp(self, mb: MicroBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _logp(self, mb: MicroBatch, with_entropy: bool = False,
+              stem: _Stem | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs of the policy tokens of a micro-batch (and their entropies)."""
         dev = self.device
         ctx = torch.autocast(dev.split(":")[0], dtype=self.autocast) if self.autocast else contextlib.nullcontext()
+        offset = 0 if stem is None else stem.length
         with ctx:
-            hidden = self._hidden(mb)[mb.rows.to(dev), mb.pos.to(dev)]
+            hidden = self._hidden(mb, stem)[mb.rows.to(dev), mb.pos.to(dev) - offset]
             logits = self.base.get_output_embeddings()(hidden)
         logits = logits.float() / self.temperature
         logz = torch.logsumexp(logits, dim=-1)
         logp = logits.gather(-1, mb.targets.to(dev)[:, None]).squeeze(-1) - logz
         entropy = None
-        if with_entropy:
-            with torch.no_grad():
+        if with_entropy:  # with gradients only when the loss has an entropy bonus
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.cfg.entropy_coef > 0):
                 p = torch.softmax(logits, dim=-1)
                 entropy = logz - (p * logits).sum(-1)
         return logp, entropy
 
-    def _hidden(self, mb: MicroBatch) -> torch.Tensor:
-        """Final hidden states [rows, length, dim]. Rows that start with the same tokens (the system
-        prompt; a group's question) share one forward of that prefix: its keys/values are computed
-        once and repeated per row (gradients flow back through the repeat), then each row runs only
-        its own suffix. Exactly the same values as the full forward, for a fraction of the compute."""
+    def _hidden(self, mb: MicroBatch, stem: _Stem | None = None) -> torch.Tensor:
+        """Final hidden states [rows, length - stem.length, dim] (columns from the end of the stem on).
+
+        Rows that start with the same tokens (a group's question) share one forward of that prefix:
+        its keys/values are computed once and repeated per row (gradients flow back through the
+        repeat), then each row runs only its own suffix. A step-wide `stem` (the system prompt) was
+        computed once for all micro-batches; its keys/values start every row's cache. Exactly the same
+        values as the full forward, for a fraction of the compute."""
         dec, dev = self.base.get_decoder(), self.device
         ids, pos = mb.input_ids.to(dev), mb.position_ids.to(dev)
         mask = None if mb.attention_mask is None else mb.attention_mask.to(dev)
+        rows, start = ids.shape[0], 0 if stem is None else stem.length
+        cache = None if stem is None else stem.cache()
         shared = _shared_prefix(ids, mb.attention_mask) if self.share_prefix else 0
-        if shared < 16:
+        parts = []
+        if shared - start >= 16:
+            head = dec(input_ids=ids[:1, start:shared], position_ids=pos[:1, start:shared], use_cache=True,
+                       **({} if cache is None else {self._cache_kw: cache}))
+            cache = getattr(head, "cache", None) or head.past_key_values
+            parts.append(head.last_hidden_state.expand(rows, -1, -1))
+            start = shared
+        if cache is None:
             return dec(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False).last_hidden_state
-        head = dec(input_ids=ids[:1, :shared], position_ids=pos[:1, :shared], use_cache=True)
-        cache = getattr(head, "cache", None) or head.past_key_values
-        cache.batch_repeat_interleave(ids.shape[0])
-        tail = dec(input_ids=ids[:, shared:], position_ids=pos[:, shared:], attention_mask=mask,
+        cache.batch_repeat_interleave(rows)
+        tail = dec(input_ids=ids[:, start:], position_ids=pos[:, start:], attention_mask=mask,
                    **{self._cache_kw: cache}, use_cache=True)
-        rows = ids.shape[0]
-        return torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)
+        return torch.cat([*parts, tail.last_hidden_state], dim=1)
+
+    def _stem(self, samples: list[Sample], micro_batches: int) -> _Stem | None:
+        """The prefix all samples of a step share, up to their first trained position (the system
+        prompt and worked examples): one forward, reused by every micro-batch (see `_Stem`)."""
+        if not self.share_prefix or micro_batches < 2:
+            return None
+        first = samples[0].token_ids
+        n = len(os.path.commonprefix([s.token_ids for s in samples]))  # works on any sequences
+        n = min([n] + [s.loss_mask.index(1) - 1 for s in samples if 1 in s.loss_mask])
+        if n < 16:
+            return None
+        dev = self.device
+        ctx = torch.autocast(dev.split(":")[0], dtype=self.autocast) if self.autocast else contextlib.nullcontext()
+        with ctx:
+            out = self.base.get_decoder()(input_ids=torch.tensor([first[:n]], device=dev),
+                                          position_ids=torch.arange(n, device=dev)[None, :], use_cache=True)
+        cache = getattr(out, "cache", None) or out.past_key_values
+        return _Stem(n, [(layer.keys, layer.values) for layer in cache.layers])
 
     def _allreduce(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
@@ -154,20 +186,27 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
             if total == 0:
                 continue
-            for idx in self._plan(chunk):
+            plan = self._plan(chunk)
+            stem = self._stem(chunk, len(plan))
+            for idx in plan:
                 mb = collate(chunk, idx, cfg.packing, pad_id)
                 if mb.targets.numel() == 0:
                     continue
-                logp, ent = self._logp(mb, with_entropy=True)
+                logp, ent = self._logp(mb, with_entropy=True, stem=stem)
                 prox = self._prox_for(mb, logp, version, m)
                 loss, st = decoupled_ppo_loss(
                     logp, prox, mb.behav_logp.to(self.device), mb.advantages.to(self.device),
                     eps_clip=cfg.eps_clip, eps_clip_high=cfg.eps_clip_high,
                     behav_weight_cap=cfg.behav_weight_cap, normalizer=total)
+                if cfg.entropy_coef > 0:
+                    loss = loss - cfg.entropy_coef * ent.sum() / total
                 loss.backward()
                 stats = stats.add(st)
-                ent_sum += float(ent.sum())
+                ent_sum += float(ent.detach().sum())
                 tokens_seen += mb.num_tokens
+            if stem is not None:
+                stem.backward()
+                self.stem_tokens += stem.length * (len(plan) - 1)
             self._sync_grads()
             if cfg.grad_clip > 0:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
@@ -296,3 +335,31 @@ def _shared_prefix(ids: torch.Tensor, mask: torch.Tensor | None) -> int:
     same = (ids == ids[:1]).all(dim=0).long()
     common = int(same.cumprod(0).sum())
     return max(0, min(common, int(mask.sum(1).min()) - 1))
+
+
+class _Stem:
+    """The keys/values of a step-wide shared prefix, computed once with gradients.
+
+    Every micro-batch starts from detached leaf copies of them, so its backward stops there and
+    accumulates d(loss)/d(keys, values) in the leaves; `backward()` then sends the summed gradient
+    through the stem's own forward once. Same gradient as running the stem in every micro-batch:
+    the total derivative is the sum over micro-batches, and backward is linear."""
+
+    def __init__(self, length: int, kv: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.length, self.kv = length, kv
+        self.leaves = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in kv]
+
+    def cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=self.leaves)
+
+    def backward(self) -> None:
+        outs, grads = [], []
+        for (k, v), (lk, lv) in zip(self.kv, self.leaves, strict=True):
+            for out, leaf in ((k, lk), (v, lv)):
+                if leaf.grad is not None:
+                    outs.append(out)
+                    grads.append(leaf.grad)
+        if outs:
+            torch.autograd.backward(outs, grads)

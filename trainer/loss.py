@@ -10,6 +10,8 @@ For every policy token t with advantage A_t:
     loss   = sum_t keep_t * l_t / N                  N = policy tokens of the whole batch (token-mean;
                                                      masking does not shrink N, so it never inflates gradients)
 
+The learner may add an entropy bonus, - entropy_coef * sum_t H(pi_theta(. | s_t)) / N (off by default).
+
 When pi_prox == pi_behav (on-policy samples) w_t = 1 and this is exactly PPO-clip. pi_prox is the
 policy before this optimizer step: recomputed by a forward pass (exact), or approximated per token
 from versions (`loglinear_prox_logp`), which saves that pass when several minibatches are used.
