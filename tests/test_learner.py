@@ -214,3 +214,30 @@ def test_entropy_bonus_raises_policy_entropy(tiny_model_spec):
     bonus = Learner(TrainConfig(lr=1e-3, entropy_coef=1.0), tiny_model_spec)
     seen = [bonus.train_step(samples, version=v)["train/entropy"] for v in range(3)]  # each at pre-step weights
     assert seen[0] < seen[1] < seen[2]
+
+
+def test_samples_drawn_at_any_temperature_score_as_on_policy(tiny_model_spec):
+    """Engines report log_softmax of the raw logits at every temperature (serving.protocol), and the
+    learner scores the same raw policy: fresh tokens drawn at T=0.3 get behaviour weight 1, not q_T/p."""
+    import asyncio
+
+    from serving.embedded import EmbeddedEngine
+    from serving.protocol import GenerateRequest, SamplingParams
+
+    prompt = list(range(10, 30))
+
+    async def draw():
+        engine = EmbeddedEngine(tiny_model_spec, dtype="float32")
+        try:
+            return await asyncio.gather(*(engine.generate(GenerateRequest(prompt, SamplingParams(
+                max_new_tokens=12, temperature=0.3, seed=s, ignore_eos=True))) for s in range(4)))
+        finally:
+            engine.close()
+
+    outs = asyncio.run(draw())
+    samples = [Sample(prompt + o.output_ids, [0] * len(prompt) + [1] * len(o.output_ids),
+                      [0.0] * len(prompt) + o.logprobs, [0] * (len(prompt) + len(o.output_ids)),
+                      advantage=1.0 if i % 2 else -1.0) for i, o in enumerate(outs)]
+    stats = Learner(TrainConfig(lr=1e-3), tiny_model_spec).train_step(samples, version=0)
+    assert stats["train/behav_weight_mean"] == pytest.approx(1.0, abs=1e-3)
+    assert stats["train/behav_weight_max"] < 1.01 and stats["train/behav_weight_min"] > 0.99

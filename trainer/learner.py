@@ -52,12 +52,12 @@ def lr_lambda(cfg: TrainConfig):
 class Learner:
     """Holds the trainable policy, its optimizer and LR schedule."""
 
-    def __init__(self, cfg: TrainConfig, model_spec: str, *, device: str = "cpu", temperature: float = 1.0,
+    def __init__(self, cfg: TrainConfig, model_spec: str, *, device: str = "cpu",
                  rank: int = 0, world_size: int = 1, seed: int = 0):
         from serving.models import default_dtype, load_model, load_tokenizer
 
         torch.manual_seed(seed)
-        self.cfg, self.device, self.temperature = cfg, device, temperature or 1.0
+        self.cfg, self.device = cfg, device
         self.rank, self.world_size, self.model_spec = rank, world_size, model_spec
         self.tokenizer = load_tokenizer(model_spec)
         model = load_model(model_spec, dtype="float32", device=device, attn_implementation="sdpa")
@@ -97,7 +97,9 @@ class Learner:
         with ctx:
             hidden = self._hidden(mb, stem)[mb.rows.to(dev), mb.pos.to(dev) - offset]
             logits = self.base.get_output_embeddings()(hidden)
-        logits = logits.float() / self.temperature
+        # raw logits, whatever the sampling temperature: engines report log_softmax(z) (serving.protocol),
+        # so pi_theta, pi_prox and pi_behav are the same function and w = 1 for fresh tokens
+        logits = logits.float()
         logz = torch.logsumexp(logits, dim=-1)
         logp = logits.gather(-1, mb.targets.to(dev)[:, None]).squeeze(-1) - logz
         entropy = None

@@ -48,8 +48,8 @@ class LearnerWorker:
             dist.init_process_group(backend, init_method=f"tcp://{master[0]}:{master[1]}",
                                     rank=self.rank, world_size=self.world_size)
         t = self.cfg.train
-        self.learner = Learner(t, self.cfg.engine.model, device=device, temperature=self.cfg.agent.temperature,
-                               rank=self.rank, world_size=self.world_size, seed=self.cfg.run.seed)
+        self.learner = Learner(t, self.cfg.engine.model, device=device, rank=self.rank, world_size=self.world_size,
+                               seed=self.cfg.run.seed)
         return sum(p.numel() for p in self.learner.params) if torch is not None else 0
 
     def _device(self) -> str:
