@@ -88,13 +88,18 @@ class Learner:
         """Prompt tokens whose forward and backward the step-wide stem saved, over the run."""
 
     # -- forward ---------------------------------------------------------------------------
+    def _autocast(self):
+        """bf16 autocast where the device runs it fast (GPU, AVX512_BF16), else a no-op."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.split(":")[0], dtype=self.autocast)
+
     def _logp(self, mb: MicroBatch, with_entropy: bool = False,
               stem: _Stem | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs of the policy tokens of a micro-batch (and their entropies)."""
         dev = self.device
-        ctx = torch.autocast(dev.split(":")[0], dtype=self.autocast) if self.autocast else contextlib.nullcontext()
         offset = 0 if stem is None else stem.length
-        with ctx:
+        with self._autocast():
             hidden = self._hidden(mb, stem)[mb.rows.to(dev), mb.pos.to(dev) - offset]
             logits = self.base.get_output_embeddings()(hidden)
         # raw logits, whatever the sampling temperature: engines report log_softmax(z) (serving.protocol),
@@ -148,8 +153,7 @@ class Learner:
         if n < 16:
             return None
         dev = self.device
-        ctx = torch.autocast(dev.split(":")[0], dtype=self.autocast) if self.autocast else contextlib.nullcontext()
-        with ctx:
+        with self._autocast():
             out = self.base.get_decoder()(input_ids=torch.tensor([first[:n]], device=dev),
                                           position_ids=torch.arange(n, device=dev)[None, :], use_cache=True)
         cache = getattr(out, "cache", None) or out.past_key_values
