@@ -67,13 +67,13 @@ def run_once(root: Path, name: str, staleness: int, args) -> dict:
     t0 = time.time()
     summary = train(cfg, run)
     rows = [r for r in read_metrics(run.metrics) if "time/step_s" in r]
-    loop_s = sum(r["time/step_s"] for r in rows)
-    steady_s = sum(r["time/step_s"] for r in rows[1:])
-    samples = len(rows) * args.batch * args.group
-    return {"max_staleness": staleness, "steps": len(rows), "samples": samples, "loop_s": round(loop_s, 2),
-            "samples_per_s": samples / loop_s,
-            "steady_samples_per_s": (len(rows) - 1) * args.batch * args.group / max(steady_s, 1e-9),
-            "first_step_s": round(rows[0]["time/step_s"], 2), "wall_s": round(time.time() - t0, 1),
+    step_s = [r["time/step_s"] for r in rows]
+    per_step = args.batch * args.group
+    loop_s = sum(step_s)
+    return {"max_staleness": staleness, "steps": len(rows), "samples": len(rows) * per_step,
+            "loop_s": round(loop_s, 2), "samples_per_s": len(rows) * per_step / loop_s,
+            "steady_samples_per_s": (len(rows) - 1) * per_step / sum(step_s[1:]),
+            "first_step_s": round(step_s[0], 2), "wall_s": round(time.time() - t0, 1),
             "mean_staleness": sum(r.get("rollout/staleness_mean", 0.0) for r in rows) / max(len(rows), 1),
             "wait_s": round(sum(r["time/wait_s"] for r in rows), 2), "rollouts": summary["rollouts"]}
 
@@ -93,7 +93,8 @@ def main() -> None:
         asyn = run_once(root, "async", 4, args)
     ratio = asyn["samples_per_s"] / sync["samples_per_s"]
     steady = asyn["steady_samples_per_s"] / sync["steady_samples_per_s"]
-    out = {"benchmark": "async_vs_sync", "ratio": ratio, "steady_ratio": steady, "async": asyn, "sync": sync, "model": args.model,
+    out = {"benchmark": "async_vs_sync", "ratio": ratio, "steady_ratio": steady, "async": asyn, "sync": sync,
+           "model": args.model,
            "tool_latency": {"median_s": 0.5, "p99_s": 5.0}, "batch": args.batch, "group": args.group,
            "cpus": os.cpu_count()}
     results = ROOT / "benchmarks" / "results"
@@ -102,9 +103,11 @@ def main() -> None:
     print(f"sync  (max_staleness=0): {sync['samples_per_s']:.2f} trained samples/s, waited {sync['wait_s']} s "
           f"of {sync['loop_s']} s for rollouts (first step {sync['first_step_s']} s)")
     print(f"async (max_staleness=4): {asyn['samples_per_s']:.2f} trained samples/s, waited {asyn['wait_s']} s "
-          f"of {asyn['loop_s']} s, mean staleness {asyn['mean_staleness']:.2f} (first step {asyn['first_step_s']} s)")
+          f"of {asyn['loop_s']} s, mean staleness {asyn['mean_staleness']:.2f} "
+          f"(first step {asyn['first_step_s']} s)")
     print(f"RESULT async_vs_sync ratio={ratio:.2f} async_samples_per_s={asyn['samples_per_s']:.2f} "
-          f"sync_samples_per_s={sync['samples_per_s']:.2f} steady_ratio={steady:.2f} steps={args.steps} model={args.model}")
+          f"sync_samples_per_s={sync['samples_per_s']:.2f} steady_ratio={steady:.2f} steps={args.steps} "
+          f"model={args.model}")
 
 
 if __name__ == "__main__":
