@@ -8,11 +8,44 @@ the CPU-learning recipe, rewards).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from serving.config import EngineBackend
+
+FormatName = Literal["asearcher", "hermes"]
+Prefill = Literal["none", "tags", "answer", "think"]
+PromptLayout = Literal["system", "user"]
+JudgeBackend = Literal[EngineBackend, "openai"]
+
+
+@dataclass
+class JudgeConfig:
+    """An LLM judge: any engine backend, or any OpenAI-compatible chat endpoint."""
+
+    backend: JudgeBackend = "embedded"
+    """`embedded` (the model in-process; in training one shared Ray actor), `http` (our server), `vllm`,
+    `sglang` (servers at `urls`) or `openai` (any OpenAI-compatible chat-completions endpoint at `urls[0]`)."""
+    model: str = "smollm2-135m-instruct"
+    """Judge model: a model spec for the engine backends, the model name sent to an `openai` endpoint."""
+    urls: list[str] = field(default_factory=list)
+    """Server base URLs for `http`/`vllm`/`sglang`; for `openai` the API base, e.g. https://api.openai.com/v1."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key of an `openai` endpoint (keys never go in configs or logs)."""
+    max_new_tokens: int = 256
+    """Most tokens of one verdict."""
+    temperature: float = 0.0
+    """Sampling temperature of the first attempt (retries of an unparseable verdict sample at >= 0.7)."""
+    retries: int = 2
+    """Extra attempts when a verdict cannot be parsed (it then scores 0, never guessed)."""
+    cache: str = ""
+    """SQLite file caching verdicts. Empty: `<cache dir>/judge.sqlite`."""
+    timeout_s: float = 120.0
+    """Timeout of one judge call, in seconds."""
 
 
 @dataclass
 class AgentConfig:
-    action_format: str = "asearcher"
+    action_format: FormatName = "asearcher"
     """`asearcher` (<search>/<access>/<answer> tags, results in <information>) or `hermes`
     (<tool_call>{"name", "arguments"}</tool_call> checked against each tool's JSON schema)."""
     context_policy: str = "read_once"
@@ -60,7 +93,7 @@ class AgentConfig:
     """Nucleus sampling threshold."""
     top_k: int = 0
     """Top-k sampling (0: off)."""
-    prefill: str = "none"
+    prefill: Prefill = "none"
     """Text the harness writes for the model (never trained on): `none`; `tags` (the CPU-learning recipe:
     the opening action tag (`<search>`) at the first act turn and `<answer>` at the act turn after the
     last allowed tool call); `answer` (only the `<answer>` part); `think` (`<think>` at every act turn)."""
@@ -75,19 +108,21 @@ class AgentConfig:
     """A custom worked example (used verbatim when `worked_example` is on); empty: the built-in one."""
     system_prompt: str = ""
     """Replace the built-in instructions (tool descriptions and the example are still appended)."""
-    prompt_layout: str = "system"
+    prompt_layout: PromptLayout = "system"
     """`system`: instructions in the system message, the question in the user message; `user`: both in one
     user message (ASearcher's layout, for models trained on it; put their instruction text in `system_prompt`)."""
     valid_inst_ratio: float = 1.0
     """Probability that the prompt says every question has an answer (forced-valid); otherwise it allows
     answering "the question is invalid" (ASearcher's training used 0.3)."""
-    reward: str = "f1"
-    """Answer reward: `f1`, `em`, `sub_em`, `set_f1` (ASearcher) or `judge` (LLM judge)."""
+    reward_fn: str = "f1"
+    """Answer score: a built-in (`f1`, `em`, `sub_em`, `set_f1` (ASearcher's), `judge` (the LLM judge of
+    `agent.judge`)) or an import path `package.module:function` (signature in agent/rewards.py and
+    docs/extending.md). The format gate and the invalid-answer penalty below apply to every one."""
     aug_answer_weight: float = 0.3
     """Weight w of `aug_answer` aliases: reward = (1-w) s_gold + w max(s_gold, s_aug) (ASearcher: 0.3)."""
     format_gate: bool = True
     """Reward 0 when any turn had a format error."""
     invalid_penalty: float = -0.5
     """Reward when the prompt was forced-valid and the answer says the question is invalid."""
-    judge_cache: str = ""
-    """SQLite file caching LLM-judge verdicts. Empty: `<cache dir>/judge.sqlite`."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """The LLM judge used by `reward_fn=judge` (and by evaluation)."""

@@ -24,6 +24,7 @@ from itertools import chain
 
 from agent.config import AgentConfig
 from agent.trajectory import Segment
+from core.registry import ComponentError, Registry
 
 
 @dataclass
@@ -178,16 +179,22 @@ class KeepLastKPolicy(ContextPolicy):
         return [b for b in live[: max(len(live) - self.config.keep_last_k, 0)] if id(b) not in fresh]
 
 
-POLICIES: dict[str, type[ContextPolicy]] = {p.name: p for p in (ContextPolicy, ReadOncePolicy, KeepLastKPolicy)}
+POLICIES = Registry("context policy", "agent.context_policy")
+"""Context policies by name; `agent.context_policy` also takes an import path `package.module:Class`."""
+for _policy in (ContextPolicy, ReadOncePolicy, KeepLastKPolicy):
+    POLICIES.add(_policy.name, _policy)
 
 
 def register_policy(cls: type[ContextPolicy]) -> type[ContextPolicy]:
-    """Make a policy selectable by `agent.context_policy=<cls.name>` (usable as a class decorator)."""
-    POLICIES[cls.name] = cls
+    """Make a policy selectable by `agent.context_policy=<cls.name>` in this process (a class decorator).
+    Ray workers on other processes see it only if they import its module: prefer the import path."""
+    POLICIES.add(cls.name, cls)
     return cls
 
 
 def make_policy(config: AgentConfig) -> ContextPolicy:
-    if config.context_policy not in POLICIES:
-        raise ValueError(f"unknown agent.context_policy '{config.context_policy}'; valid: {', '.join(POLICIES)}")
-    return POLICIES[config.context_policy](config)
+    """The configured policy (a built-in name, a registered name or `package.module:Class`)."""
+    cls = POLICIES.resolve(config.context_policy)
+    if not (isinstance(cls, type) and issubclass(cls, ContextPolicy)):
+        raise ComponentError(f"agent.context_policy: '{config.context_policy}' is not a ContextPolicy subclass")
+    return cls(config)

@@ -18,7 +18,7 @@ from typing import Any
 
 from agent import prompts as P
 from agent.config import AgentConfig
-from agent.parser import ParsedTurn, parse_asearcher, parse_hermes
+from agent.parser import ParsedTurn, check_tool_name, first_string_param, parse_asearcher, parse_hermes
 
 Piece = tuple[str, "int | None"]
 
@@ -85,18 +85,32 @@ class ActionFormat:
 
 class AsearcherFormat(ActionFormat):
     name = "asearcher"
-    act_stops = ["</search>", "</access>", "</answer>"]
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        for tool in self.schemas:
+            check_tool_name(tool)
+        self.act_stops = [f"</{t}>" for t in self.schemas] + ["</answer>"]
 
     def system_prompt(self, forced_valid: bool) -> str:
         base = self.config.system_prompt
         if not base:
-            what = self.schemas.get("search", {}).get("function", {}).get("description") or "search the web."
-            lines = [P.ACTION_LINES["search"].format(what=" ".join(what.split()))] if "search" in self.schemas else []
-            lines += [P.ACTION_LINES["access"]] if "access" in self.schemas else []
+            lines = [self._action_line(name, schema) for name, schema in self.schemas.items()]
             lines.append(P.ACTION_LINES["answer"])
             base = P.SEARCH_INSTRUCTIONS.format(actions="\n".join(lines),
                                                 validity=P.FORCED_VALID if forced_valid else P.MAY_BE_INVALID)
         return self._with_example(base)
+
+    @staticmethod
+    def _action_line(name: str, schema: dict[str, Any]) -> str:
+        what = " ".join(((schema.get("function") or {}).get("description") or "").split())
+        if name == "search":
+            return P.ACTION_LINES["search"].format(what=what or "search the web.")
+        if name == "access":
+            return P.ACTION_LINES["access"]
+        props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
+        arg = "JSON arguments" if len(props) > 1 else (first_string_param(schema) or "input")
+        return f"- <{name}> {arg} </{name}>: {what or 'calls the ' + name + ' tool.'}"
 
     def example(self) -> str:
         note = f"\n<think>{P.EXAMPLE_NOTE}</think>" if self.config.read_search_results else ""
@@ -109,11 +123,12 @@ class AsearcherFormat(ActionFormat):
                                forbidden=self.forbidden)
 
     def hint(self) -> str:
-        tags = [f"<{t}> … </{t}>" for t in ("search", "access") if t in self.schemas]
+        tags = [f"<{t}> … </{t}>" for t in self.schemas]
         return "Write one action: " + ", ".join([*tags, "<answer> … </answer>"]) + "."
 
     def prefill_first(self) -> str:
-        return "<search>" if "search" in self.schemas else ""
+        first = "search" if "search" in self.schemas else next(iter(self.schemas), "")
+        return f"<{first}>" if first else ""
 
     def wrap(self, text: str) -> str:
         return f"<information>\n{text}\n</information>"
@@ -150,8 +165,6 @@ class HermesFormat(ActionFormat):
 
     def example(self) -> str:
         name = "search" if "search" in self.schemas else next(iter(self.schemas), "search")
-        from agent.parser import first_string_param
-
         key = first_string_param(self.schemas.get(name, {})) or "query"
         call = f'{{"name": "{name}", "arguments": {{"{key}": "{P.EXAMPLE_QUERY}"}}}}'
         return (f"Question: {P.EXAMPLE_QUESTION}\n<tool_call>\n{call}\n</tool_call>\n"
@@ -184,7 +197,8 @@ class HermesFormat(ActionFormat):
         return pieces
 
 
-FORMATS: dict[str, type[ActionFormat]] = {"asearcher": AsearcherFormat, "hermes": HermesFormat}
+FORMATS: dict[str, type[ActionFormat]] = {f.name: f for f in (AsearcherFormat, HermesFormat)}
+"""Action formats by `agent.action_format` (a Literal of the config: adding one means adding it there)."""
 
 
 def make_format(config: AgentConfig, schemas: dict[str, dict[str, Any]], tokenizer: Any) -> ActionFormat:

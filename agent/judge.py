@@ -1,4 +1,4 @@
-"""LLM-as-judge served by any InferenceEngine, with parsed verdicts and a persistent cache.
+"""LLM-as-judge over any InferenceEngine or any OpenAI-compatible chat endpoint, with a persistent cache.
 
 The judge is asked whether a predicted answer means the same as one of the gold answers and must
 end with one line `VERDICT: CORRECT` or `VERDICT: INCORRECT` (a JSON object `{"verdict": "correct"}` is accepted
@@ -6,6 +6,23 @@ too; a verdict line naming both is ambiguous). Anything else is recorded as unpa
 (`Verdict.correct is None`), retried up to `retries` times with a new seed, and scored 0 by the
 reward, never guessed. Verdicts are cached in SQLite, keyed by a hash of (prompt version, judge
 model, question, sorted gold answers, prediction), so a re-run of an evaluation costs no judge calls.
+
+Two transports carry the same two messages (system + user) and return text:
+
+- an **InferenceEngine** (embedded, our server, vLLM, SGLang, a Ray EngineProxy, ScriptedEngine): the
+  chat template is applied with the engine's tokenizer and token ids go through `generate_continuing`,
+  so a judge sharing an engine with training survives weight-update aborts;
+- an **OpenAIChatClient** (serving.openai_chat): messages in, text out, any hosted API or server.
+
+`build_judge(JudgeConfig, engine=None)` picks one: an engine handed in (training starts one judge actor
+and every rollout worker wraps it) wins; else backend `openai` builds a client of `urls[0]`; else the
+engine backends build an engine with serving.factory (`embedded` loads the model in this process).
+
+Failures are never verdicts: an unparseable reply is a verdict of None (the judge model's fault, scored 0),
+but a transport failure or a call slower than `timeout_s` raises, so the episode counts as lost
+infrastructure work rather than a wrong answer. Identical judgements running at the same time (a GRPO group
+often repeats an answer) share one LLM call. `stats()` gives counters for metrics (`judge/calls`,
+`judge/cache_hits`, `judge/unparsed`, ...); `describe()` gives what a run records as judge.json.
 """
 
 from __future__ import annotations
@@ -16,12 +33,17 @@ import json
 import re
 import sqlite3
 import threading
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.log import get_logger, redact
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, generate_continuing
 
+log = get_logger(__name__)
+
+JUDGE_BACKENDS = ("embedded", "http", "vllm", "sglang", "openai")
 JUDGE_PROMPT_VERSION = "v1"
 JUDGE_SYSTEM = "You grade answers to questions. You are strict about facts and lenient about wording."
 JUDGE_PROMPT = """\
@@ -69,26 +91,34 @@ def parse_verdict(text: str) -> bool | None:
 
 
 class VerdictCache:
-    """SQLite table key -> verdict JSON (thread-safe; one connection per cache)."""
+    """SQLite table key -> verdict JSON (thread-safe; one connection per cache; several processes may share
+    the file: writers wait for each other, and a cache that stays locked costs a miss, never an episode)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
         self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._db.commit()
         self.hits = 0
         self.misses = 0
 
     @staticmethod
-    def key(model: str, question: str, golds: list[str], prediction: str) -> str:
-        blob = json.dumps([JUDGE_PROMPT_VERSION, model, question, sorted(golds), prediction], ensure_ascii=False)
+    def key(model: str, question: str, golds: list[str], prediction: str,
+            prompt_version: str = JUDGE_PROMPT_VERSION) -> str:
+        """Hash of (prompt version, judge model, question, sorted golds, prediction)."""
+        blob = json.dumps([prompt_version, model, question, sorted(golds), prediction], ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def get(self, key: str) -> Verdict | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM verdicts WHERE key = ?", (key,)).fetchone()
+        """The cached verdict (marked `cached=True`), or None."""
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT value FROM verdicts WHERE key = ?", (key,)).fetchone()
+        except sqlite3.OperationalError as e:
+            log.warning("judge cache %s unreadable (%s); treating as a miss", self.path, e)
+            row = None
         if row is None:
             self.misses += 1
             return None
@@ -96,70 +126,170 @@ class VerdictCache:
         return Verdict(**{**json.loads(row[0]), "cached": True})
 
     def put(self, key: str, verdict: Verdict) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO verdicts VALUES (?, ?)", (key, json.dumps(asdict(verdict))))
-            self._db.commit()
+        """Store a verdict (a locked database is logged and skipped)."""
+        try:
+            with self._lock:
+                self._db.execute("INSERT OR REPLACE INTO verdicts VALUES (?, ?)",
+                                 (key, json.dumps(asdict(replace(verdict, cached=False)))))
+                self._db.commit()
+        except sqlite3.OperationalError as e:
+            log.warning("judge cache %s not written (%s)", self.path, e)
 
     def close(self) -> None:
-        self._db.close()
+        """Close the database connection."""
+        with self._lock:
+            self._db.close()
+
+
+def _is_chat_client(transport: Any) -> bool:
+    return callable(getattr(transport, "chat", None)) and not callable(getattr(transport, "generate", None))
+
+
+def _transport_urls(transport: Any) -> list[str]:
+    """Server URLs a transport talks to, without credentials (best effort, for `describe`)."""
+    from serving.openai_chat import public_url
+
+    url = getattr(transport, "base_url", None) or getattr(transport, "url", None)
+    if isinstance(url, str):
+        return [public_url(url)]
+    servers = getattr(transport, "engines", None) or [getattr(s, "engine", None)
+                                                       for s in getattr(transport, "_servers", [])]
+    return [public_url(u) for u in (getattr(e, "url", None) for e in servers) if isinstance(u, str)]
 
 
 class LLMJudge:
-    """Judges predictions with any InferenceEngine (embedded, HTTP, vLLM, SGLang, scripted)."""
+    """Judges predictions with an InferenceEngine or an OpenAIChatClient (see module docstring)."""
 
-    def __init__(self, engine: InferenceEngine, model_name: str, *, cache: VerdictCache | str | Path | None = None,
-                 max_new_tokens: int = 256, temperature: float = 0.0, retries: int = 2, max_prediction_chars: int = 500):
+    def __init__(self, engine: Any, model_name: str, *, cache: VerdictCache | str | Path | None = None,
+                 max_new_tokens: int = 256, temperature: float = 0.0, retries: int = 2, max_prediction_chars: int = 500,
+                 timeout_s: float | None = None, backend: str | None = None, urls: list[str] | None = None,
+                 owns_transport: bool = False):
+        """`engine`: an InferenceEngine or an OpenAIChatClient. `model_name` enters the cache key. `timeout_s`
+        bounds each LLM call (None: unbounded). `backend`/`urls` are only recorded by `describe()` (inferred
+        when omitted). `owns_transport`: `aclose()` also closes the engine or client."""
         self.engine = engine
+        self.chat_client = _is_chat_client(engine)
         self.model_name = model_name
+        self._owns_cache = isinstance(cache, (str, Path))
         self.cache = VerdictCache(cache) if isinstance(cache, (str, Path)) else cache
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.retries = retries
         self.max_prediction_chars = max_prediction_chars
-        self.calls = 0
+        self.timeout_s = timeout_s
+        self.backend = backend or ("openai" if self.chat_client else getattr(engine, "backend", None)
+                                   or type(engine).__name__)
+        self.urls = list(urls) if urls is not None else _transport_urls(engine)
+        self.owns_transport = owns_transport
+        self.prompt_version = JUDGE_PROMPT_VERSION
+        self.counters = {"judgements": 0, "calls": 0, "cache_hits": 0, "shared": 0, "unparsed": 0, "errors": 0}
+        self._inflight: dict[str, asyncio.Future] = {}
+        self._seconds = 0.0
+
+    @property
+    def calls(self) -> int:
+        """LLM calls made so far (retries included; cache hits and shared calls excluded)."""
+        return self.counters["calls"]
 
     @classmethod
-    def from_config(cls, engine: InferenceEngine, model_name: str, config: Any) -> LLMJudge:
-        """A judge whose cache is `config.judge_cache` (an AgentConfig), default `<cache dir>/judge.sqlite`."""
-        path = getattr(config, "judge_cache", "") or None
-        if path is None:
-            from serving.models import cache_dir
+    def from_config(cls, engine: Any, model_name: str, config: Any) -> LLMJudge:
+        """A judge over `engine` set up by `config`: a JudgeConfig or an AgentConfig (its `judge` section)."""
+        cfg = getattr(config, "judge", config)
+        return cls(engine, model_name, cache=_cache_path(getattr(cfg, "cache", "")),
+                   max_new_tokens=getattr(cfg, "max_new_tokens", 256), temperature=getattr(cfg, "temperature", 0.0),
+                   retries=getattr(cfg, "retries", 2), timeout_s=getattr(cfg, "timeout_s", None))
 
-            path = cache_dir() / "judge.sqlite"
-        return cls(engine, model_name, cache=path)
+    # ---- prompts ---------------------------------------------------------------------------------
 
-    def prompt_ids(self, question: str, golds: list[str], prediction: str) -> list[int]:
-        tok = self.engine.tokenizer
+    def messages(self, question: str, golds: list[str], prediction: str) -> list[dict[str, str]]:
+        """The system and user messages of one judgement."""
         user = JUDGE_PROMPT.format(question=question, gold=" | ".join(golds) or "(none)",
                                    prediction=prediction[: self.max_prediction_chars] or "(no answer)")
-        messages = [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+        return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+    def prompt_ids(self, question: str, golds: list[str], prediction: str) -> list[int]:
+        """The messages as token ids, through the engine tokenizer's chat template (engine transport only)."""
+        tok = self.engine.tokenizer
+        messages = self.messages(question, golds, prediction)
         if getattr(tok, "chat_template", None):
             text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:
-            text = f"{JUDGE_SYSTEM}\n\n{user}\n"
+            text = f"{messages[0]['content']}\n\n{messages[1]['content']}\n"
         return tok.encode(text, add_special_tokens=False)
 
-    async def judge(self, question: str, golds: list[str], prediction: str) -> Verdict:
-        """The verdict for one prediction (from the cache when known)."""
-        key = VerdictCache.key(self.model_name, question, list(golds), prediction)
-        if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
-                return hit
-        ids = self.prompt_ids(question, list(golds), prediction)
-        raw, verdict = "", None
-        attempt = 0
+    # ---- judging ---------------------------------------------------------------------------------
+
+    async def _complete(self, question: str, golds: list[str], prediction: str, attempt: int) -> str:
+        """One LLM call (bounded by `timeout_s`) -> the judge's text."""
+        temperature = self.temperature if attempt == 1 else max(self.temperature, 0.7)
+        if self.chat_client:
+            call = self.engine.chat(self.messages(question, golds, prediction), temperature=temperature,
+                                    max_tokens=self.max_new_tokens, seed=attempt)
+        else:
+            sp = SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens, seed=attempt)
+            call = generate_continuing(self.engine, GenerateRequest(prompt_ids=self.prompt_ids(question, golds,
+                                                                                                prediction),
+                                                                    sampling=sp))
+        self.counters["calls"] += 1
+        t0 = time.monotonic()
+        try:
+            out = await asyncio.wait_for(call, self.timeout_s) if self.timeout_s else await call
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"judge call ({self.backend} {self.model_name}) timed out after "
+                               f"{self.timeout_s:g}s") from None
+        finally:
+            self._seconds += time.monotonic() - t0
+        if self.chat_client:
+            return out
+        return self.engine.tokenizer.decode(out.output_ids, skip_special_tokens=True)
+
+    async def _judge_uncached(self, question: str, golds: list[str], prediction: str) -> Verdict:
+        raw, verdict, attempt = "", None, 0
         for attempt in range(1, self.retries + 2):
-            sp = SamplingParams(temperature=self.temperature if attempt == 1 else max(self.temperature, 0.7),
-                                max_new_tokens=self.max_new_tokens, seed=attempt)
-            out = await generate_continuing(self.engine, GenerateRequest(prompt_ids=ids, sampling=sp))
-            self.calls += 1
-            raw = self.engine.tokenizer.decode(out.output_ids, skip_special_tokens=True)
+            raw = await self._complete(question, golds, prediction, attempt)
             verdict = parse_verdict(raw)
             if verdict is not None:
                 break
-        result = Verdict(verdict, raw, attempts=attempt)
-        if self.cache is not None and verdict is not None:
+        if verdict is None:
+            self.counters["unparsed"] += 1
+        return Verdict(verdict, raw, attempts=attempt)
+
+    async def judge(self, question: str, golds: list[str], prediction: str) -> Verdict:
+        """The verdict for one prediction: from the cache when known, shared with an identical judgement in
+        flight, else from the LLM (cached only when parseable). Transport failures and timeouts raise."""
+        golds = list(golds)
+        self.counters["judgements"] += 1
+        key = VerdictCache.key(self.model_name, question, golds, prediction, self.prompt_version)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.counters["cache_hits"] += 1
+                return hit
+        while (pending := self._inflight.get(key)) is not None:
+            try:
+                shared = await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if pending.cancelled():
+                    continue  # the caller that made the call was cancelled: make it ourselves
+                raise
+            self.counters["shared"] += 1
+            return replace(shared, cached=True)
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            result = await self._judge_uncached(question, golds, prediction)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as e:
+            self.counters["errors"] += 1
+            future.set_exception(e)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody shared the call
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        future.set_result(result)
+        if self.cache is not None and result.correct is not None:
             self.cache.put(key, result)
         return result
 
@@ -172,6 +302,105 @@ class LLMJudge:
                 return await self.judge(*item)
 
         return list(await asyncio.gather(*(one(i) for i in items)))
+
+    # ---- records and lifecycle -------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float]:
+        """Cumulative counters for metrics: judgements asked, LLM calls made (retries included), cache hits,
+        judgements that shared an identical call in flight, verdicts left unparsed, judgements that raised;
+        and `judge/latency_s`, the mean seconds of one LLM call."""
+        out = {f"judge/{k}": float(v) for k, v in self.counters.items()}
+        out["judge/latency_s"] = self._seconds / self.counters["calls"] if self.counters["calls"] else 0.0
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """What a run records about its judge (judge.json): transport, model, prompt, sampling; no credentials."""
+        return _description(
+            backend=self.backend, model=self.model_name, urls=self.urls, max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature, retries=self.retries, timeout_s=self.timeout_s,
+            cache=str(self.cache.path) if self.cache is not None else None,
+            api_key_env=getattr(self.engine, "api_key_env", None) if self.chat_client else None,
+            max_prediction_chars=self.max_prediction_chars, prompt_version=self.prompt_version)
+
+    async def aclose(self) -> None:
+        """Close the cache this judge opened and, when it owns it, the engine or client."""
+        if self.owns_transport:
+            close = getattr(self.engine, "aclose", None)
+            if close is not None:
+                await close()
+            elif callable(getattr(self.engine, "close", None)):
+                self.engine.close()
+        if self._owns_cache and self.cache is not None:
+            self.cache.close()
+            self.cache = None
+
+
+def _cache_path(cache: str) -> Path | None:
+    """The verdict cache file of a `JudgeConfig.cache` value ("" -> `<cache dir>/judge.sqlite`, "none" -> no cache)."""
+    if cache and cache.strip().lower() in ("none", "off"):
+        return None
+    if cache:
+        return Path(cache).expanduser()
+    from serving.models import cache_dir
+
+    return cache_dir() / "judge.sqlite"
+
+
+def _description(*, backend: str, model: str, urls: list[str], max_new_tokens: int, temperature: float,
+                 retries: int, timeout_s: float | None, cache: str | None, api_key_env: str | None = None,
+                 max_prediction_chars: int = 500, prompt_version: str = JUDGE_PROMPT_VERSION) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "backend": backend, "model": model, "urls": [redact(u) for u in urls], "prompt_version": prompt_version,
+        "system": JUDGE_SYSTEM, "prompt_template": JUDGE_PROMPT, "max_new_tokens": max_new_tokens,
+        "temperature": temperature, "retry_temperature": max(temperature, 0.7), "retries": retries,
+        "max_prediction_chars": max_prediction_chars, "timeout_s": timeout_s, "cache": cache}
+    if api_key_env is not None:
+        info["api_key_env"] = api_key_env  # the variable's name, never its value
+    return info
+
+
+def describe_judge(cfg: Any) -> dict[str, Any]:
+    """`LLMJudge.describe()` of the judge `build_judge(cfg)` would build, without building it (no model is
+    loaded, no connection made, no key read): what the training driver writes as `<run>/judge.json`."""
+    from serving.openai_chat import api_base, public_url
+
+    urls = [public_url(api_base(cfg.urls[0]))] if cfg.backend == "openai" and cfg.urls else \
+        [public_url(u) for u in cfg.urls]
+    path = _cache_path(cfg.cache)
+    return _description(backend=cfg.backend, model=cfg.model, urls=urls, max_new_tokens=cfg.max_new_tokens,
+                        temperature=cfg.temperature, retries=cfg.retries, timeout_s=cfg.timeout_s,
+                        cache=str(path) if path is not None else None,
+                        api_key_env=(cfg.api_key_env or "") if cfg.backend == "openai" else None)
+
+
+def build_judge(cfg: Any, engine: InferenceEngine | None = None) -> LLMJudge:
+    """The judge a JudgeConfig describes (see module docstring); `engine` overrides the configured transport.
+
+    An engine handed in is shared (not closed by `aclose`); a client or engine built here is owned.
+    Raises ValueError for an unknown backend or an `openai` backend without `urls`."""
+    common = dict(cache=_cache_path(cfg.cache), max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                  retries=cfg.retries, timeout_s=cfg.timeout_s)
+    if engine is not None:
+        return LLMJudge(engine, cfg.model, **common, backend=cfg.backend, owns_transport=False)
+    if cfg.backend not in JUDGE_BACKENDS:
+        raise ValueError(f"unknown agent.judge.backend '{cfg.backend}'; valid: {', '.join(JUDGE_BACKENDS)}")
+    if cfg.backend == "openai":
+        from serving.openai_chat import OpenAIChatClient, public_url
+
+        if not cfg.urls:
+            raise ValueError("agent.judge.backend=openai needs agent.judge.urls: the API base of an "
+                             "OpenAI-compatible endpoint, e.g. agent.judge.urls=[https://api.openai.com/v1]")
+        client = OpenAIChatClient(cfg.urls[0], cfg.model, api_key_env=cfg.api_key_env, timeout_s=cfg.timeout_s)
+        return LLMJudge(client, cfg.model, **common, backend="openai", urls=[public_url(client.base_url)],
+                        owns_transport=True)
+    from serving.config import EngineConfig
+    from serving.factory import build_engine
+    from serving.openai_chat import public_url
+
+    built = build_engine(EngineConfig(model=cfg.model, backend=cfg.backend, urls=list(cfg.urls),
+                                      request_timeout_s=cfg.timeout_s))
+    return LLMJudge(built, cfg.model, **common, backend=cfg.backend, urls=[public_url(u) for u in cfg.urls],
+                    owns_transport=True)
 
 
 def judge_info(verdict: Verdict) -> dict[str, Any]:

@@ -26,22 +26,23 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
-from agent.config import AgentConfig
+from agent.config import AgentConfig, Prefill
 from agent.context import Block, TokenContext, make_policy, trim_tail
 from agent.episode_tools import Delivery, as_item, call_tool, check_schema, deliveries_for
 from agent.formats import make_format
 from agent.parser import parse_read
 from agent.prompts import CONTINUE_NUDGE, FORMAT_ERROR, render_prompt
-from agent.rewards import METRICS, score_episode
+from agent.rewards import RewardFn, resolve_reward, score_episode
 from agent.trajectory import Trajectory
-from hexsearch.log import get_logger
+from core.choices import check_choices
+from core.log import get_logger
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, generate_continuing
 from tools.protocol import Tool
 
 log = get_logger(__name__)
-PREFILL_MODES = ("none", "tags", "answer", "think")
+PREFILL_MODES: tuple[str, ...] = get_args(Prefill)
 
 
 @dataclass
@@ -64,19 +65,14 @@ class Agent:
     """The search agent bound to an engine, tools and a config; `run` plays one episode."""
 
     def __init__(self, engine: InferenceEngine, tools: dict[str, Tool] | list[Tool], config: AgentConfig, *,
-                 tokenizer: Any = None, judge: Any = None):
-        c = config
-        if c.prompt_layout not in ("system", "user"):
-            raise ValueError(f"unknown agent.prompt_layout '{c.prompt_layout}'; valid: system, user")
-        if c.prefill not in PREFILL_MODES:
-            raise ValueError(f"unknown agent.prefill '{c.prefill}'; valid: {', '.join(PREFILL_MODES)}")
-        if c.reward not in (*METRICS, "judge"):
-            raise ValueError(f"unknown agent.reward '{c.reward}'; valid: {', '.join([*METRICS, 'judge'])}")
-        if c.reward == "judge" and judge is None:
-            raise ValueError("agent.reward=judge needs a judge (agent.judge.LLMJudge) passed to the agent")
-        if c.context_policy == "keep_last_k" and c.keep_last_k < 1:
+                 tokenizer: Any = None, judge: Any = None, reward_fn: RewardFn | None = None):
+        check_choices(config, "agent")
+        self.reward_fn = reward_fn or resolve_reward(config.reward_fn)
+        if config.reward_fn == "judge" and judge is None:
+            raise ValueError("agent.reward_fn=judge needs a judge (agent.judge.LLMJudge) passed to the agent")
+        if config.context_policy == "keep_last_k" and config.keep_last_k < 1:
             raise ValueError("agent.keep_last_k must be at least 1")
-        if c.max_turns < 1 or c.max_new_tokens < 1 or c.max_context_tokens <= c.max_new_tokens:
+        if config.max_turns < 1 or config.max_new_tokens < 1 or config.max_context_tokens <= config.max_new_tokens:
             raise ValueError("agent budgets: need max_turns >= 1, max_new_tokens >= 1, max_context_tokens > max_new_tokens")
         tools = dict(tools) if isinstance(tools, dict) else {t.name: t for t in tools}
         self.engine, self.tools, self.config, self.judge = engine, tools, config, judge
@@ -89,11 +85,11 @@ class Agent:
             check_schema(name, fn.get("parameters") or {"type": "object"})
             self.schemas[name] = {**schema, "type": "function", "function": fn}
         engine_limit = getattr(engine, "max_model_len", None)  # an engine that reports its context length
-        self.max_context = min(c.max_context_tokens, engine_limit) if isinstance(engine_limit, int) else c.max_context_tokens
-        if self.max_context <= c.max_new_tokens:
-            raise ValueError(f"agent.max_new_tokens={c.max_new_tokens} does not fit the context ({self.max_context} tokens)")
-        self.fmt = make_format(c, self.schemas, self.tokenizer)
-        self.policy = make_policy(c)
+        self.max_context = min(config.max_context_tokens, engine_limit) if isinstance(engine_limit, int) else config.max_context_tokens
+        if self.max_context <= config.max_new_tokens:
+            raise ValueError(f"agent.max_new_tokens={config.max_new_tokens} does not fit the context ({self.max_context} tokens)")
+        self.fmt = make_format(config, self.schemas, self.tokenizer)
+        self.policy = make_policy(config)
         eos = self.tokenizer.eos_token_id
         self.end_ids = {eos} if eos is not None else set()
         self._marker_ids: dict[str, list[int]] = {}
@@ -131,10 +127,10 @@ async def run_episode(question: Any, engine: InferenceEngine, tools: dict[str, T
 class _Episode:
     def __init__(self, agent: Agent, question: Any, request_id: str | None, seed: int | None,
                  on_event: EventFn | None, group_id: str):
-        self.a, self.c, self.fmt = agent, agent.config, agent.fmt
+        self.agent, self.cfg, self.fmt = agent, agent.config, agent.fmt
         self.qid, self.question, self.golds, self.aug = as_item(question)
         self.seed = seed
-        self.forced_valid = random.Random(seed).random() < self.c.valid_inst_ratio
+        self.forced_valid = random.Random(seed).random() < self.cfg.valid_inst_ratio
         self.request_id = request_id or uuid.uuid4().hex
         self.on_event = on_event
         self.ctx = TokenContext(agent.encode_marker, agent.encode_content)
@@ -167,9 +163,9 @@ class _Episode:
             self.emit("stop", reason=reason, **info)
 
     def budget_ok(self) -> bool:
-        if self.turn >= self.c.max_turns:
+        if self.turn >= self.cfg.max_turns:
             self.stop("max_turns")
-        elif self.elapsed() >= self.c.wall_clock_s:
+        elif self.elapsed() >= self.cfg.wall_clock_s:
             self.stop("wall_clock")
         return self.stop_reason is None
 
@@ -196,9 +192,9 @@ class _Episode:
     def decode(self, comp) -> str:
         """The text of a completion without the stop token that ended the message (remembered in `closed`)."""
         ids = comp.output_ids
-        ended = bool(ids) and (ids[-1] in self.a.end_ids or (comp.finish_reason == "stop" and comp.stop_reason == ids[-1]))
-        self.closed = self.a.tokenizer.decode(ids[-1:], skip_special_tokens=False) if ended else ""
-        return self.a.tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+        ended = bool(ids) and (ids[-1] in self.agent.end_ids or (comp.finish_reason == "stop" and comp.stop_reason == ids[-1]))
+        self.closed = self.agent.tokenizer.decode(ids[-1:], skip_special_tokens=False) if ended else ""
+        return self.agent.tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
 
     # --- the loop ---------------------------------------------------------------------------------
     async def run(self) -> Trajectory:
@@ -222,40 +218,40 @@ class _Episode:
     def start(self) -> None:
         system: str | None = self.fmt.system_prompt(self.forced_valid)
         user = self.fmt.user_prompt(self.question)
-        if self.c.prompt_layout == "user":
+        if self.cfg.prompt_layout == "user":
             system, user = None, f"{system}\n\n{user}"
-        tools = list(self.a.schemas.values()) if self.fmt.native_tools else None
-        text = render_prompt(self.a.tokenizer, system, user, tools)
+        tools = list(self.agent.schemas.values()) if self.fmt.native_tools else None
+        text = render_prompt(self.agent.tokenizer, system, user, tools)
         self.emit("append", kind="prompt", text=text)
-        self.ctx.add(Block(self.a.encode_marker(text), -1, "prompt"))
+        self.ctx.add(Block(self.agent.encode_marker(text), -1, "prompt"))
         self.emit("start", question=self.question, forced_valid=self.forced_valid, prompt_tokens=len(self.ctx),
                   request_id=self.request_id)
 
     def prefill_for_act(self) -> str:
-        mode = "tags" if self.c.prefill_tags else self.c.prefill
-        if mode in ("tags", "answer") and self.tool_calls_used >= self.c.max_tool_calls:
+        mode = "tags" if self.cfg.prefill_tags else self.cfg.prefill
+        if mode in ("tags", "answer") and self.tool_calls_used >= self.cfg.max_tool_calls:
             return "<answer>"
         if mode == "tags" and self.acts == 0:
             return self.fmt.prefill_first()
         return "<think>\n" if mode == "think" else ""
 
     async def llm(self, stops: list[str], kind: str):
-        c, ctx, limit = self.c, self.ctx, self.a.max_context
-        if len(ctx) + c.max_new_tokens > limit and self.a.policy.compacts and c.compact_to > 0:
-            target = int(c.compact_to * limit)
+        cfg, ctx, limit = self.cfg, self.ctx, self.agent.max_context
+        if len(ctx) + cfg.max_new_tokens > limit and self.agent.policy.compacts and cfg.compact_to > 0:
+            target = int(cfg.compact_to * limit)
             if ctx.drop_oldest(target, self.turn, lambda n: f"[{n} earlier steps were removed to save space]\n\n"):
                 self.emit("compact", dropped=ctx.dropped_turns, tokens=len(ctx))
-        if len(ctx) + c.max_new_tokens > limit:
+        if len(ctx) + cfg.max_new_tokens > limit:
             self.stop("max_context", context_tokens=len(ctx))
             return None
         seed = None if self.seed is None else (self.seed * 1_000_003 + self.turn) % (2**31)
-        sp = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+        sp = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_new_tokens=cfg.max_new_tokens,
                             stop=list(stops), seed=seed)
         request = GenerateRequest(prompt_ids=ctx.ids, sampling=sp, request_id=self.request_id)
         t = time.perf_counter()
         try:
-            comp = await asyncio.wait_for(generate_continuing(self.a.engine, request),
-                                          max(c.wall_clock_s - self.elapsed(), 1e-3))
+            comp = await asyncio.wait_for(generate_continuing(self.agent.engine, request),
+                                          max(cfg.wall_clock_s - self.elapsed(), 1e-3))
         except asyncio.TimeoutError:
             self.stop("wall_clock")
             return None
@@ -309,7 +305,7 @@ class _Episode:
             await self.run_tools(parsed.calls)
 
     async def run_tools(self, calls) -> None:
-        left = self.c.max_tool_calls - self.tool_calls_used
+        left = self.cfg.max_tool_calls - self.tool_calls_used
         if left <= 0:
             self.stop("max_tool_calls")
             return
@@ -318,11 +314,11 @@ class _Episode:
         for call in run:
             self.emit("tool_call", name=call.name, args=call.args)
         t = time.perf_counter()
-        remaining = max(self.c.wall_clock_s - self.elapsed(), 1e-3)
-        results = await asyncio.gather(*(call_tool(self.a.tools.get(call.name), call, remaining) for call in run))
+        remaining = max(self.cfg.wall_clock_s - self.elapsed(), 1e-3)
+        results = await asyncio.gather(*(call_tool(self.agent.tools.get(call.name), call, remaining) for call in run))
         self.tool_s += time.perf_counter() - t
         for call, obs in zip(run, results, strict=True):
-            rec, deliveries = deliveries_for(call, obs, self.turn - 1, self.c)
+            rec, deliveries = deliveries_for(call, obs, self.turn - 1, self.cfg)
             self.traj.tool_calls.append(rec)
             self.emit("tool_result", name=call.name, summary=rec.summary, error=rec.error, latency_s=rec.latency_s,
                       cached=rec.cached, parts=len(deliveries))
@@ -335,14 +331,14 @@ class _Episode:
         while self.queue and not self.queue[0].read:
             batch.append(self.queue.pop(0))
         new = self.add_pieces(self.fmt.results([d.text for d in batch], self.closed), batch)
-        self.restub(self.a.policy.after_results(self.ctx, new))
+        self.restub(self.agent.policy.after_results(self.ctx, new))
 
     async def read_turn(self) -> None:
         if not self.budget_ok():
             return
         d = self.queue.pop(0)
         new = self.add_pieces(self.fmt.results([d.text], self.closed), [d])
-        self.restub(self.a.policy.after_results(self.ctx, new))
+        self.restub(self.agent.policy.after_results(self.ctx, new))
         self.append(self.fmt.read_prefill, "prefill")
         comp = await self.llm(self.fmt.read_stops, "read")
         if comp is None:
@@ -355,33 +351,33 @@ class _Episode:
             self.append("\n</think>\n", "marker")
         if errors:
             self.format_error(errors)
-        self.restub(self.a.policy.after_read(self.ctx, new[0]))
+        self.restub(self.agent.policy.after_read(self.ctx, new[0]))
 
     def format_error(self, errors: list[str]) -> None:
         self.traj.format_errors += 1
         self.emit("format_error", errors=errors)
-        if self.c.max_format_errors and self.traj.format_errors >= self.c.max_format_errors:
+        if self.cfg.max_format_errors and self.traj.format_errors >= self.cfg.max_format_errors:
             self.stop("format_errors")
             return
         message = FORMAT_ERROR.format(errors="; ".join(errors), hint=self.fmt.hint())
         self.add_pieces(self.fmt.message(message, self.closed))
 
     async def finish(self) -> None:
-        t = self.traj
-        t.stop_reason = self.stop_reason or "agent_error"
-        t.num_turns = self.turn
-        t.segments = [s for s in t.segments if s.num_generated]  # segments without policy tokens teach nothing
-        if t.segments:
-            trim_tail(t.segments[-1])
-        t.meta = {"request_id": self.request_id, "seed": self.seed, "forced_valid": self.forced_valid,
-                  "action_format": self.c.action_format, "context_policy": self.c.context_policy,
-                  "dropped_turns": self.ctx.dropped_turns, "turns": self.turn_log, **self.extra}
+        traj = self.traj
+        traj.stop_reason = self.stop_reason or "agent_error"
+        traj.num_turns = self.turn
+        traj.segments = [s for s in traj.segments if s.num_generated]  # segments without policy tokens teach nothing
+        if traj.segments:
+            trim_tail(traj.segments[-1])
+        traj.meta = {"request_id": self.request_id, "seed": self.seed, "forced_valid": self.forced_valid,
+                     "action_format": self.cfg.action_format, "context_policy": self.cfg.context_policy,
+                     "dropped_turns": self.ctx.dropped_turns, "turns": self.turn_log, **self.extra}
         try:
-            t.reward, t.reward_info = await score_episode(t, self.golds, self.aug, self.c, self.forced_valid,
-                                                          self.a.judge)
+            traj.reward, traj.reward_info = await score_episode(traj, self.golds, self.aug, self.cfg, self.forced_valid,
+                                                                self.agent.judge, self.agent.reward_fn)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # e.g. the judge's engine failed: keep the trajectory, say why
             log.warning("reward failed for %s: %s", self.qid, e)
-            t.reward, t.reward_info = 0.0, {"error": f"{type(e).__name__}: {e}"[:300]}
-        t.timings = {"total": self.elapsed(), "llm": self.llm_s, "tools": self.tool_s}
+            traj.reward, traj.reward_info = 0.0, {"error": f"{type(e).__name__}: {e}"[:300]}
+        traj.timings = {"total": self.elapsed(), "llm": self.llm_s, "tools": self.tool_s}

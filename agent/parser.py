@@ -3,8 +3,10 @@
 Two formats share one tag scanner:
 
 - `asearcher`: `<think>…</think>`, `<search>query</search>`, `<access>url</access>`,
-  `<answer>…</answer>`. A tool tag `<X>text</X>` calls tool `X` with its first required string
-  argument set to the text.
+  `<answer>…</answer>`. Every configured tool has its tag (a tool `calculator` gives
+  `<calculator>…</calculator>`): `<X>text</X>` calls tool `X` with its first required string
+  argument set to the text, or, for a tool with several parameters, with the text as a JSON object
+  of arguments when it is one.
 - `hermes`: `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (arguments may also be a JSON
   string), checked against the tool's OpenAI function schema; `<think>` and `<answer>` as above.
 
@@ -23,9 +25,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.protocol import check_tool_name as valid_tool_name
+
 ASEARCHER_TAGS = ("think", "search", "access", "answer", "information")
+"""Tags of the ASearcher format with its two built-in tools; configured tools add their own."""
 HERMES_TAGS = ("think", "answer", "information", "tool_call")
+RESERVED_TAGS = ("think", "answer", "information", "tool_call")
 _TAG_RES: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def check_tool_name(name: str) -> None:
+    """Raise ValueError unless `name` can be a tool name and an action tag (not one of the format's own)."""
+    valid_tool_name(name)
+    if name in RESERVED_TAGS:
+        raise ValueError(f"tool name {name!r} is reserved by the action format ({', '.join(RESERVED_TAGS)})")
 
 
 @dataclass
@@ -52,7 +65,7 @@ class ParsedTurn:
 
 def _tag_re(tags: tuple[str, ...]) -> re.Pattern[str]:
     if tags not in _TAG_RES:
-        _TAG_RES[tags] = re.compile(r"<(/?)(" + "|".join(tags) + r")>")
+        _TAG_RES[tags] = re.compile(r"<(/?)(" + "|".join(map(re.escape, tags)) + r")>")
     return _TAG_RES[tags]
 
 
@@ -123,15 +136,31 @@ def _finish(turn: ParsedTurn, max_calls: int) -> ParsedTurn:
     return turn
 
 
+def _tag_args(name: str, content: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments of a tool tag: a JSON object for a tool with several parameters, else the text."""
+    props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
+    if len(props) > 1 and content.startswith("{"):
+        try:
+            obj = json.loads(content)
+        except (ValueError, RecursionError):
+            obj = None
+        if isinstance(obj, dict):
+            return obj
+    key = first_string_param(schema) or ("url" if name == "access" else "query")
+    return {key: content}
+
+
 def parse_asearcher(text: str, schemas: dict[str, dict[str, Any]], *, lenient: bool = False,
                     max_calls: int = 0, forbidden: tuple[str, ...] = ()) -> ParsedTurn:
-    """Parse an ASearcher-format turn. `schemas` maps tool names to their function schemas."""
-    tool_tags = tuple(t for t in ("search", "access") if t in schemas)
-    pairs, errors = scan_tags(text, ASEARCHER_TAGS, lenient=lenient, closable=("search", "access", "answer"))
+    """Parse an ASearcher-format turn. `schemas` maps tool names to their function schemas; each tool
+    name is an action tag."""
+    tool_tags = tuple(schemas)
+    known = tuple(dict.fromkeys((*ASEARCHER_TAGS, *tool_tags)))
+    pairs, errors = scan_tags(text, known, lenient=lenient, closable=(*tool_tags, "answer"))
     turn = ParsedTurn(errors=errors)
     _common_checks(text, pairs, forbidden, turn)
     for name, content in pairs:
-        if name not in ("search", "access"):
+        if name in RESERVED_TAGS:
             continue
         arg = content.strip()
         if name not in schemas:
@@ -139,8 +168,12 @@ def parse_asearcher(text: str, schemas: dict[str, dict[str, Any]], *, lenient: b
         elif not arg:
             turn.errors.append(f"<{name}> is empty")
         else:
-            key = first_string_param(schemas[name]) or ("url" if name == "access" else "query")
-            turn.calls.append(ToolCall(name, {key: arg}))
+            args = _tag_args(name, arg, schemas[name])
+            problems = _schema_errors(args, schemas[name]) if len(args) > 1 else []
+            if problems:
+                turn.errors.append(f"bad arguments for <{name}>: " + "; ".join(problems[:3]))
+            else:
+                turn.calls.append(ToolCall(name, args))
     return _finish(turn, max_calls)
 
 

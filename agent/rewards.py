@@ -13,6 +13,9 @@ SQuAD normalisation (`normalize_answer`), applied in this order:
                    spaces, no article removal), with CJK characters as single tokens (digit and Latin
                    runs stay whole): kept for comparability with ASearcher's numbers
 
+Every answer score is a *reward function* in the REWARDS registry (`agent.reward_fn`: a name
+below or `package.module:function`; see RewardInput). Built-ins: f1, em, sub_em, set_f1, judge.
+
 Episode reward (`episode_reward`), with s(p, G) = max over gold aliases g in G of the metric:
     s     = s(p, answers)                                          without aug answers
     s     = (1 - w) s(p, answers) + w max(s(p, answers), s(p, aug)) with aug answers (ASearcher w = 0.3)
@@ -25,11 +28,16 @@ So an answer matching only an aug alias earns w; matching a main answer earns 1.
 
 from __future__ import annotations
 
+import inspect
+import math
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from core.registry import ComponentError, Registry
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -116,7 +124,10 @@ def episode_reward(pred: str | None, golds: Sequence[str], aug: Sequence[str] = 
     if pred is not None:
         for name, fn in METRICS.items():
             info[name] = best_over(fn, pred, golds)
-    s = 0.0 if pred is None else score if score is not None else answer_score(pred, golds, aug, metric, aug_weight)
+    if score is not None:  # a reward function's score stands even without an answer (its own rule)
+        s = score
+    else:
+        s = 0.0 if pred is None else answer_score(pred, golds, aug, metric, aug_weight)
     info["score"] = s
     reward = s
     if format_gate and format_errors:
@@ -127,27 +138,91 @@ def episode_reward(pred: str | None, golds: Sequence[str], aug: Sequence[str] = 
     return reward, info
 
 
-async def score_episode(traj: Any, golds: Sequence[str], aug: Sequence[str], config: Any, forced_valid: bool,
-                        judge: Any = None) -> tuple[float, dict[str, Any]]:
-    """The reward of a finished trajectory under an AgentConfig (`reward=judge` asks the LLM judge:
-    1 when it says the answer matches a gold answer, w when it matches only an aug answer)."""
-    c = config
-    score, extra = None, {}
-    if c.reward == "judge":
-        score = 0.0  # stays 0 with no answer or no gold answers
-        if traj.prediction is not None and golds:
-            from agent.judge import judge_info
+@dataclass
+class RewardInput:
+    """What a reward function sees: the finished episode and everything needed to score it."""
 
-            verdict = await judge.judge(traj.question, list(golds), traj.prediction)
-            score, extra = float(bool(verdict.correct)), judge_info(verdict)
-            if not verdict.correct and aug:
-                verdict_aug = await judge.judge(traj.question, list(aug), traj.prediction)
-                score = c.aug_answer_weight * float(bool(verdict_aug.correct))
-                extra["judge_aug"] = verdict_aug.correct
-    reward, info = episode_reward(traj.prediction, golds, aug, metric=c.reward, aug_weight=c.aug_answer_weight,
-                                  format_errors=traj.format_errors, format_gate=c.format_gate,
-                                  forced_valid=forced_valid, invalid_penalty=c.invalid_penalty, score=score)
-    info.update(extra)
+    prediction: str | None
+    """The agent's final answer (None when it never answered)."""
+    golds: list[str]
+    """Gold answers (aliases)."""
+    aug_answers: list[str]
+    """Alternative answers (ASearcher's `aug_answer`), usually scored with `config.aug_answer_weight`."""
+    question: str
+    trajectory: Any
+    """The agent.trajectory.Trajectory (tool calls, turns, format errors, meta) before its reward is set."""
+    config: Any
+    """The AgentConfig of the episode."""
+    judge: Any = None
+    """The LLM judge (agent.judge.LLMJudge) when `agent.reward_fn=judge`, else None."""
+
+
+RewardFn = Callable[[RewardInput], "float | tuple[float, dict[str, Any]] | Awaitable[Any]"]
+REWARDS = Registry("reward function", "agent.reward_fn")
+"""Reward functions by name; `agent.reward_fn` also takes an import path `package.module:function`.
+
+A reward function takes a RewardInput and returns the answer score s (a float), or (s, info) where
+info is a dict merged into the trajectory's `reward_info`; it may be `async`. The episode reward is
+then `episode_reward(...)` with that score: the format gate and the invalid-answer penalty apply."""
+
+
+def _metric_reward(metric: str) -> RewardFn:
+    def reward(x: RewardInput) -> float:
+        if x.prediction is None:
+            return 0.0
+        return answer_score(x.prediction, x.golds, x.aug_answers, metric, x.config.aug_answer_weight)
+
+    reward.__name__ = reward.__qualname__ = f"{metric}_reward"
+    reward.__doc__ = f"The {metric} score against the gold answers (aug answers weighted by w)."
+    return reward
+
+
+for _name in METRICS:
+    REWARDS.add(_name, _metric_reward(_name))
+
+
+@REWARDS.register("judge")
+async def judge_reward(x: RewardInput) -> tuple[float, dict[str, Any]]:
+    """1 when the LLM judge says the answer matches a gold answer, w when it matches only an aug answer."""
+    if x.judge is None:
+        raise ValueError("agent.reward_fn=judge but no judge was built (see agent.judge)")
+    if x.prediction is None or not x.golds:
+        return 0.0, {}
+    from agent.judge import judge_info
+
+    verdict = await x.judge.judge(x.question, list(x.golds), x.prediction)
+    score, extra = float(bool(verdict.correct)), judge_info(verdict)
+    if not verdict.correct and x.aug_answers:
+        verdict_aug = await x.judge.judge(x.question, list(x.aug_answers), x.prediction)
+        score = x.config.aug_answer_weight * float(bool(verdict_aug.correct))
+        extra["judge_aug"] = verdict_aug.correct
+    return score, extra
+
+
+def resolve_reward(spec: str) -> RewardFn:
+    """The reward function a spec names (a built-in or `package.module:function`)."""
+    fn = REWARDS.resolve(spec)
+    if not callable(fn):
+        raise ComponentError(f"agent.reward_fn: '{spec}' is not callable")
+    return fn
+
+
+async def score_episode(traj: Any, golds: Sequence[str], aug: Sequence[str], config: Any, forced_valid: bool,
+                        judge: Any = None, reward_fn: RewardFn | None = None) -> tuple[float, dict[str, Any]]:
+    """The reward of a finished trajectory: the score of `reward_fn` (default: `config.reward_fn` resolved)
+    through `episode_reward`'s format gate and invalid-answer penalty."""
+    fn = reward_fn or resolve_reward(config.reward_fn)
+    out = fn(RewardInput(traj.prediction, list(golds), list(aug), traj.question, traj, config, judge))
+    if inspect.isawaitable(out):
+        out = await out
+    score, extra = out if isinstance(out, tuple) else (out, {})
+    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+        raise TypeError(f"reward function {config.reward_fn!r} returned {score!r}; it must return a finite number")
+    reward, info = episode_reward(traj.prediction, golds, aug, metric=config.reward_fn,
+                                  aug_weight=config.aug_answer_weight, format_errors=traj.format_errors,
+                                  format_gate=config.format_gate, forced_valid=forced_valid,
+                                  invalid_penalty=config.invalid_penalty, score=float(score))
+    info.update(extra or {})
     if not golds:
         info["no_gold"] = True
     return reward, info

@@ -41,7 +41,7 @@ train:
   batch_size: {batch}
   group_size: {group}
   rollout_workers: 2
-  max_concurrent_rollouts: 128
+  max_concurrent_episodes: 128
   filter_groups: none
   eval_questions: 0
   eval_every: 0
@@ -55,7 +55,7 @@ train:
 
 def run_once(root: Path, name: str, staleness: int, args) -> dict:
     from hexsearch.config import load_config
-    from hexsearch.rundir import RunDir
+    from core.rundir import RunDir
     from trainer.metrics import read_metrics
     from trainer.train import train
 

@@ -5,7 +5,9 @@
 Every section is a dataclass owned by its package (`serving.config.EngineConfig`, ...), with a
 docstring under each field. OmegaConf structured configs do the merging and type checking; this
 module only turns their errors into messages that name the key and list the valid ones.
-A YAML file may start with `extends: other.yaml` (path relative to the file) to inherit a recipe.
+Fixed-choice fields are `typing.Literal` aliases (checked here at load, and by `core.choices.check_choices`
+for dataclasses built in code). A YAML file may start with `extends: other.yaml` (path relative to the
+file) to inherit a recipe. Keys that were renamed (`RENAMED`) still load, with a warning.
 """
 
 from __future__ import annotations
@@ -14,20 +16,32 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from agent.config import AgentConfig
+from core.choices import field_types, item_literal_values, literal_values
+from core.log import get_logger
 from datagen.config import DatagenConfig, WorldConfig
 from eval.config import EvalConfig
 from serving.config import EngineConfig
 from tools.config import ToolsConfig
 from trainer.config import TrainConfig
 from trainer.planner.config import PlanConfig
+
+log = get_logger(__name__)
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+RENAMED = {"agent.reward": "agent.reward_fn", "agent.judge_cache": "agent.judge.cache",
+           "train.max_concurrent_rollouts": "train.max_concurrent_episodes"}
+"""Old dotted key -> its new name. An old key in a YAML file or an override is moved to the new one
+(with a warning); giving both in one file or on one command line is an error."""
 
 
 class ConfigError(ValueError):
@@ -42,8 +56,8 @@ class RunConfig:
     """Folder that holds all runs."""
     seed: int = 0
     """Global random seed (python, numpy, torch, data order)."""
-    log_level: str = "WARNING"
-    """Python logging level for the console and `log.txt`."""
+    log_level: LogLevel = "WARNING"
+    """Python logging level for the console and `log.txt`: `DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`."""
 
 
 @dataclass
@@ -89,16 +103,90 @@ def _section(schema: DictConfig, dotted: str) -> Any:
     return node
 
 
-def _explain(err: OmegaConfBaseException, schema: DictConfig, source: str) -> ConfigError:
+def _bad_choice(node: Any, cls: Any, prefix: str = "") -> tuple[str, Any, tuple[Any, ...]] | None:
+    """(dotted key, value, valid values) of the first Literal field in a plain layer (dicts/lists from
+    `OmegaConf.to_container`) whose value is not allowed; walks the layer along the dataclass `cls`."""
+    if not (isinstance(node, dict) and dataclasses.is_dataclass(cls)):
+        return None
+    types = field_types(cls)
+    for key, value in node.items():
+        tp, dotted = types.get(str(key)), f"{prefix}{key}"
+        valid, item_valid = literal_values(tp), item_literal_values(tp)
+        if valid is not None:
+            if not _interpolation(value) and value not in valid:
+                return dotted, value, valid
+            continue
+        if item_valid is not None:
+            for i, item in enumerate(value if isinstance(value, list) else []):
+                if not _interpolation(item) and item not in item_valid:
+                    return f"{dotted}[{i}]", item, item_valid
+            continue
+        if typing.get_origin(tp) in (list, dict) and isinstance(value, (list, dict)):
+            inner = typing.get_args(tp)[-1]
+            items = enumerate(value) if isinstance(value, list) else value.items()
+            sep = "[{}]" if isinstance(value, list) else ".{}"
+            for k, item in items:
+                found = _bad_choice(item, inner, f"{dotted}{sep.format(k)}.")
+                if found:
+                    return found
+        else:
+            found = _bad_choice(value, tp, f"{dotted}.")
+            if found:
+                return found
+    return None
+
+
+def _interpolation(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("${")
+
+
+def _explain(err: OmegaConfBaseException, schema: DictConfig, source: str, layer: DictConfig | None = None) -> ConfigError:
     key = getattr(err, "full_key", None) or ""
     if isinstance(err, (ConfigKeyError, ConfigAttributeError)):
         where = _section(schema, key) if key else schema
         valid = ", ".join(sorted(_valid_keys(where)))
         return ConfigError(f"{source}: unknown config key '{key}'. Valid keys here: {valid}")
     if isinstance(err, ValidationError):
+        bad = _bad_choice(OmegaConf.to_container(layer, resolve=False), HexConfig) if layer is not None else None
+        if bad:
+            dotted, value, valid = bad
+            return ConfigError(f"{source}: bad value for '{dotted}': {value!r} is not one of: "
+                               f"{', '.join(map(str, valid))}")
         msg = str(err).splitlines()[0]
         return ConfigError(f"{source}: bad value for '{key}': {msg}")
     return ConfigError(f"{source}: {str(err).splitlines()[0]}")
+
+
+def _rename_keys(layer: DictConfig, source: str) -> DictConfig:
+    """The layer with every old key of RENAMED moved to its new name (a warning names the source)."""
+    data = OmegaConf.to_container(layer, resolve=False)
+    moved = False
+    for old, new in RENAMED.items():
+        *path, last = old.split(".")
+        parent = _dig(data, path)
+        if not (isinstance(parent, dict) and last in parent):
+            continue
+        *new_path, new_last = new.split(".")
+        target = _dig(data, new_path, create=True)
+        if not isinstance(target, dict):
+            raise ConfigError(f"{source}: '{old}' was renamed '{new}', but '{'.'.join(new_path)}' is not a section")
+        if new_last in target:
+            raise ConfigError(f"{source}: both '{old}' and its new name '{new}' are set; keep only '{new}'")
+        target[new_last] = parent.pop(last)
+        log.warning("%s: config key '%s' was renamed '%s'; please use the new name", source, old, new)
+        moved = True
+    return OmegaConf.create(data) if moved else layer
+
+
+def _dig(data: Any, path: list[str], create: bool = False) -> Any:
+    """The node at `path` in nested dicts (created as empty dicts when `create`); None when absent."""
+    for part in path:
+        if not isinstance(data, dict):
+            return None
+        if part not in data and create:
+            data[part] = {}
+        data = data.get(part)
+    return data
 
 
 def _load_yaml(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, DictConfig]]:
@@ -132,14 +220,33 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if overrides:
         layers.append(("command line", OmegaConf.from_dotlist(list(overrides))))
     for source, layer in layers:
+        layer = _rename_keys(layer, source)
         try:
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as e:
-            raise _explain(e, schema, source) from e
+            raise _explain(e, schema, source, layer) from e
     try:
-        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+        cfg: HexConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise _explain(e, schema, "config") from e
+    check_components(cfg)
+    return cfg
+
+
+def check_components(cfg: HexConfig) -> None:
+    """Fields that name a component (a built-in name or `package.module:attribute`) name a real one: a
+    built-in, or an import path (imported later, inside each worker; syntax is checked here)."""
+    from agent.context import POLICIES
+    from agent.rewards import REWARDS
+    from agent.workflow import WORKFLOWS
+    from core.registry import ComponentError
+
+    for registry, spec in ((REWARDS, cfg.agent.reward_fn), (POLICIES, cfg.agent.context_policy),
+                           (WORKFLOWS, cfg.train.workflow)):
+        try:
+            registry.check(spec)
+        except ComponentError as e:
+            raise ConfigError(str(e)) from e
 
 
 def to_yaml(cfg: Any) -> str:
@@ -164,14 +271,17 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def describe(cls: type = HexConfig, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted key, type, docstring) for every leaf field, recursing into nested dataclasses."""
+    """(dotted key, type, docstring) for every leaf field, recursing into nested dataclasses; the type of a
+    fixed-choice field is its values, e.g. `drop|reject|none`."""
     rows: list[tuple[str, str, str]] = []
     docs = field_docs(cls)
+    types = field_types(cls)
     for f in dataclasses.fields(cls):
-        ftype = f.type if isinstance(f.type, type) else None
+        choices = literal_values(types[f.name])
+        kind = "|".join(map(str, choices)) if choices else getattr(f.type, "__name__", str(f.type))
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
         if dataclasses.is_dataclass(default):
             rows.extend(describe(type(default), f"{prefix}{f.name}."))
         else:
-            rows.append((f"{prefix}{f.name}", str(ftype.__name__ if ftype else f.type), docs.get(f.name, "")))
+            rows.append((f"{prefix}{f.name}", kind, docs.get(f.name, "")))
     return rows

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+RemoteBackend = Literal["http", "vllm", "sglang"]
+"""Engine backends that are clients of servers at `engine.urls`."""
+EngineBackend = Literal["embedded", RemoteBackend]
+"""Every engine backend (`engine.backend`)."""
+REMOTE_BACKENDS: tuple[str, ...] = get_args(RemoteBackend)
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 
 
 @dataclass
 class EngineConfig:
     model: str = "smollm2-135m-instruct"
     """Model spec: a built-in alias (`smollm2-135m-instruct`, `tiny-random`), a local HF folder, or a hub id."""
-    backend: str = "embedded"
+    backend: EngineBackend = "embedded"
     """`embedded` (transformers in this process), `http` (our OpenAI-compatible server), `vllm` or `sglang`."""
     urls: list[str] = field(default_factory=list)
     """Base URLs of remote servers for the `http`, `vllm` and `sglang` backends (a pool when several)."""
-    dtype: str = "auto"
+    dtype: Dtype = "auto"
     """`auto` (bf16 where the CPU/GPU supports it, else fp32), `bfloat16`, `float16` or `float32`."""
     device: str = "auto"
     """`auto` (cuda when available, else cpu), `cpu`, `cuda` or `cuda:N`."""

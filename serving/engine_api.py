@@ -133,7 +133,7 @@ def output_text(tokenizer, body: _Base, completion: Completion) -> str:
 def completion_logprobs(tokenizer, completion, k: int) -> dict[str, Any]:
     """vLLM/OpenAI legacy shape: tokens, token_logprobs, top_logprobs (sampled token + top k), text_offset."""
     tokens = [token_str(tokenizer, t) for t in completion.output_ids]
-    tops = completion.top_logprobs or [[] for _ in tokens]
+    tops = getattr(completion, "top_logprobs", None) or [[] for _ in tokens]
     top_dicts, offsets, offset = [], [], 0
     for tok, lp, top in zip(tokens, completion.logprobs, tops, strict=False):
         d = {token_str(tokenizer, i): v for i, v in top[:k]}
@@ -151,7 +151,7 @@ def chat_logprobs(tokenizer, completion, k: int) -> dict[str, Any]:
         s = token_str(tokenizer, token_id)
         return {"token": s, "logprob": lp, "bytes": list(s.encode())}
 
-    tops = completion.top_logprobs or [[] for _ in completion.output_ids]
+    tops = getattr(completion, "top_logprobs", None) or [[] for _ in completion.output_ids]
     content = []
     for t, lp, top in zip(completion.output_ids, completion.logprobs, tops, strict=False):
         content.append({**entry(t, lp), "top_logprobs": [entry(i, v) for i, v in top[:k]]})

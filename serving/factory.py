@@ -8,14 +8,18 @@
 
 from __future__ import annotations
 
-from serving.config import EngineConfig
+from typing import get_args
+
+from core.choices import check_choices
+from serving.config import EngineBackend, EngineConfig
 from serving.protocol import InferenceEngine
 
-BACKENDS = ("embedded", "http", "vllm", "sglang")
+BACKENDS: tuple[str, ...] = get_args(EngineBackend)
 
 
 def build_engine(cfg: EngineConfig) -> InferenceEngine:
-    """An engine for `cfg` (raises ValueError naming the valid backends for an unknown one)."""
+    """An engine for `cfg` (raises ValueError naming the key and the valid values for an unknown backend or dtype)."""
+    check_choices(cfg, "engine")
     if cfg.backend == "embedded":
         from serving.embedded import EmbeddedEngine
 
@@ -23,8 +27,6 @@ def build_engine(cfg: EngineConfig) -> InferenceEngine:
             cfg.model, dtype=cfg.dtype, device=cfg.device, max_batch_size=cfg.max_batch_size,
             max_model_len=cfg.max_model_len, prefill_chunk_tokens=cfg.prefill_chunk_tokens,
             kv_cache_gb=cfg.kv_cache_gb, prefix_cache_gb=cfg.prefix_cache_gb, threads=cfg.threads, seed=cfg.seed)
-    if cfg.backend in ("http", "vllm", "sglang"):
-        from serving.pool import build_remote
+    from serving.pool import build_remote
 
-        return build_remote(cfg.backend, list(cfg.urls), cfg.model, request_timeout_s=cfg.request_timeout_s)
-    raise ValueError(f"unknown engine backend '{cfg.backend}'; valid: {', '.join(BACKENDS)}")
+    return build_remote(cfg.backend, list(cfg.urls), cfg.model, request_timeout_s=cfg.request_timeout_s)

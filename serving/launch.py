@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hexsearch.rundir import RunDir
+from core.rundir import RunDir
 
 
 class ServerStartError(RuntimeError):

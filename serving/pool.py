@@ -50,6 +50,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.config import REMOTE_BACKENDS
 from serving.protocol import Completion, GenerateRequest, PauseMode, WeightSource, is_checkpoint_dir
 from serving.remote import EngineRequestError, EngineUnavailable, GenerationLost, RemoteEngine
 
@@ -350,7 +351,7 @@ def build_remote(backend: str, urls: list[str], model: str, *, request_timeout_s
 
         engines = [SGLangEngine(u, model, request_timeout_s=request_timeout_s) for u in urls]
     else:
-        raise ValueError(f"unknown remote backend '{backend}'; valid: http, vllm, sglang")
+        raise ValueError(f"unknown remote backend '{backend}'; valid: {', '.join(REMOTE_BACKENDS)}")
     if len(engines) == 1:
         return engines[0]
     tokenizer = engines[0].tokenizer  # one tokenizer for all: the servers serve the same model

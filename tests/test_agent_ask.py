@@ -13,7 +13,9 @@ from agent.config import AgentConfig
 from agent.localtools import MemorySearch
 from agent.qa import QAItem
 from agent.trajectory import Trajectory
+from agent.workflow import SearchAgentWorkflow
 from hexsearch.commands.ask import TracePrinter, ask_episode
+from hexsearch.config import HexConfig
 from serving.scripted import ScriptedEngine
 
 DOCS = [{"title": "Varnholt", "url": "https://hexwiki.test/wiki/Varnholt",
@@ -21,13 +23,16 @@ DOCS = [{"title": "Varnholt", "url": "https://hexwiki.test/wiki/Varnholt",
 SMALL_WORLD = ["world.entities=60", "world.max_hops=1", "world.short_articles=true"]
 
 
+def _workflow() -> SearchAgentWorkflow:
+    return SearchAgentWorkflow(HexConfig(agent=AgentConfig()), tools={"search": MemorySearch(DOCS)})
+
+
 async def test_trace_shows_thoughts_calls_results_and_answer(tokenizer):
     engine = ScriptedEngine(["<think>find the city</think><search>Varnholt founded</search>",
                              "It says 1642.</think>", "<answer>1642</answer>"], tokenizer=tokenizer)
     console = Console(record=True, width=300, color_system=None)
     item = QAItem("v", "When was Varnholt founded?", ["1642"])
-    traj = await ask_episode(item, engine, {"search": MemorySearch(DOCS)}, AgentConfig(),
-                             printer=TracePrinter(console=console))
+    traj = await ask_episode(item, engine, _workflow(), printer=TracePrinter(console=console))
     out = console.export_text()
     assert traj.reward == 1.0
     for needle in ("Question: When was Varnholt founded?", "think find the city", '-> search(query="Varnholt founded")',
@@ -36,8 +41,7 @@ async def test_trace_shows_thoughts_calls_results_and_answer(tokenizer):
         assert needle in out, (needle, out)
     quiet = Console(record=True, width=300)
     engine.push("<answer>x</answer>")
-    await ask_episode("Anything?", engine, {"search": MemorySearch(DOCS)}, AgentConfig(),
-                      printer=TracePrinter(quiet=True, console=quiet))
+    await ask_episode("Anything?", engine, _workflow(), printer=TracePrinter(quiet=True, console=quiet))
     assert quiet.export_text() == ""
 
 

@@ -109,7 +109,7 @@ async def test_judge_reward_with_aug_answers(tmp_path, tokenizer):
     judge_engine = ScriptedEngine(["Same year.\nVERDICT: CORRECT", "VERDICT: INCORRECT", "VERDICT: CORRECT"],
                                   tokenizer=tokenizer)
     judge = LLMJudge(judge_engine, "scripted", cache=tmp_path / "j.sqlite")
-    cfg = AgentConfig(reward="judge")
+    cfg = AgentConfig(reward_fn="judge")
     traj = await run_episode(item, ScriptedEngine(["<answer>year 1642</answer>"], tokenizer=tokenizer), tools(), cfg,
                              judge=judge)
     assert traj.reward == 1.0 and traj.reward_info["judge"] is True and traj.reward_info["f1"] == 2 / 3

@@ -286,6 +286,6 @@ async def test_abort_mid_call_continues_with_versions_kept(tokenizer):
 def test_bad_config_is_rejected_with_valid_values(tokenizer):
     engine = ScriptedEngine([], tokenizer=tokenizer)
     for bad, needle in [(dict(action_format="json"), "asearcher, hermes"), (dict(context_policy="lru"), "read_once"),
-                        (dict(prefill="all"), "tags"), (dict(reward="judge"), "needs a judge")]:
+                        (dict(prefill="all"), "tags"), (dict(reward_fn="judge"), "needs a judge")]:
         with pytest.raises(ValueError, match=needle):
             asyncio.run(run_episode(ITEM, engine, tools(), AgentConfig(**bad)))

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import torch
 
-from hexsearch.rundir import RunDir
+from core.rundir import RunDir
 from serving.launch import start_engine_server
 from serving.models import load_model, load_tokenizer, resolve_model
 from serving.protocol import Completion, GenerateRequest

@@ -156,7 +156,7 @@ async def test_web_backends_still_serve_world_pages(service, tmp_path):
 
 
 def test_factory_config_errors(tmp_path):
-    with pytest.raises(ToolConfigError, match="unknown backend 'bing'.*local, url, serper"):
+    with pytest.raises(ToolConfigError, match="tools.search_backend: invalid value 'bing'; valid: local, url, serper"):
         build_tools(cfg(tmp_path, search_backend="bing"))
     with pytest.raises(ToolConfigError, match="tools.index_dir is empty"):
         build_tools(cfg(tmp_path))

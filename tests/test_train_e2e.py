@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from hexsearch.config import load_config
-from hexsearch.rundir import RunDir
+from core.rundir import RunDir
 from trainer import checkpoint
 
 TINY = """

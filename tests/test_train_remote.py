@@ -14,7 +14,7 @@ import json
 import httpx
 from test_train_e2e import tiny_config
 
-from hexsearch.rundir import RunDir
+from core.rundir import RunDir
 
 
 def policy_versions(traj: dict) -> set[int]:

@@ -57,7 +57,7 @@ def checkpoints(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def vllm_server(checkpoints, tmp_path_factory):
-    from hexsearch.rundir import RunDir
+    from core.rundir import RunDir
     from serving.launch import start_vllm_server
 
     run = RunDir.create(tmp_path_factory.mktemp("runs"), "vllm-test")
@@ -204,7 +204,7 @@ def test_training_against_vllm_moves_its_weights_and_versions(vllm_server, check
     from test_train_e2e import tiny_config
     from test_train_remote import check_remote_run
 
-    from hexsearch.rundir import RunDir
+    from core.rundir import RunDir
     from trainer.train import train
 
     server = vllm_server[0]

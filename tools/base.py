@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from hexsearch.log import get_logger, redact
+from core.log import get_logger, redact
 from tools.cache import ToolCache
 from tools.protocol import Observation
 from tools.urlguard import HostNotFound, UrlRefused

@@ -3,11 +3,51 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SearchBackend = Literal["local", "url", "serper"]
+RetrievalWorker = Literal["thread", "process"]
+BuiltinTool = Literal["search", "access"]
+
+
+@dataclass
+class MCPServerConfig:
+    """One Model Context Protocol server whose tools become agent tools (stdio `command` or HTTP `url`)."""
+
+    name: str = ""
+    """Server name (in messages, metrics and `hexsearch tools list`)."""
+    command: str = ""
+    """stdio transport: the program that runs the server (e.g. `python`, `npx`)."""
+    args: list[str] = field(default_factory=list)
+    """stdio transport: its arguments."""
+    env: dict[str, str] = field(default_factory=dict)
+    """stdio transport: extra environment variables (plain values; secrets go in `env_passthrough`)."""
+    env_passthrough: list[str] = field(default_factory=list)
+    """Names of environment variables copied into the server's environment when it starts (API keys):
+    their values never appear in configs, run folders or logs."""
+    url: str = ""
+    """Streamable HTTP transport: the server's MCP endpoint, e.g. http://127.0.0.1:8000/mcp."""
+    bearer_token_env: str = ""
+    """HTTP transport: environment variable holding a bearer token sent as `Authorization`."""
+    tools: list[str] = field(default_factory=list)
+    """Only these of the server's tools (empty: all of them)."""
+    prefix: str = ""
+    """Prepended to the server's tool names (avoids clashes between servers)."""
+    connect_timeout_s: float = 30.0
+    """Seconds to start/connect to the server and list its tools."""
 
 
 @dataclass
 class ToolsConfig:
-    search_backend: str = "local"
+    builtin: list[BuiltinTool] = field(default_factory=lambda: ["search", "access"])
+    """Built-in tools the agent gets (`search`, `access`); [] for only `components` and MCP tools."""
+    components: list[dict[str, Any]] = field(default_factory=list)
+    """User tools by import path: `{_component_: "pkg.mod:Class", **kwargs}` builds `Class(**kwargs)`, an object
+    with the Tool protocol (`name`, `schema`, `async __call__(args) -> Observation`). Each gets the built-in
+    guarantees (timeout, concurrency limit, errors as observations, latency accounting); see docs/extending.md."""
+    mcp_servers: list[MCPServerConfig] = field(default_factory=list)
+    """MCP servers whose tools become agent tools (see MCPServerConfig)."""
+    search_backend: SearchBackend = "local"
     """Web search provider: `local` (FAISS index), `serper` (Google via Serper) or `url` (a Search-R1 `/retrieve` URL)."""
     index_dir: str = ""
     """Local retrieval index folder (`hexsearch index build`). Empty: the default world's index."""
@@ -66,5 +106,5 @@ class ToolsConfig:
     """Query embeddings kept in the retriever's LRU cache."""
     threads: int = 0
     """Torch/FAISS threads for the local retriever (0: leave the library defaults)."""
-    retrieval_worker: str = "thread"
+    retrieval_worker: RetrievalWorker = "thread"
     """Where the `local` backend encodes: `thread` (in this process) or `process` (a worker process; no GIL contention with the agent)."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hexsearch.progress import progress
+from core.progress import progress
 from tools.docstore import CorpusError, DocStoreWriter, PageStore, iter_jsonl
 
 if TYPE_CHECKING:

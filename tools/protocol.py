@@ -6,8 +6,19 @@ comes back as an Observation with `error` set, so an episode is never lost to a 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+"""What a tool name may be: it is also an action tag (`<name>…</name>`) and an OpenAI function name."""
+
+
+def check_tool_name(name: Any) -> None:
+    """Raise ValueError unless `name` is a valid tool name (letters, digits, '_' and '-', at most 64)."""
+    if not isinstance(name, str) or not TOOL_NAME.match(name):
+        raise ValueError(f"tool name {name!r} is not valid: use letters, digits, '_' or '-' (at most 64), "
+                         "starting with a letter or '_'")
 
 
 @dataclass

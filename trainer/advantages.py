@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import get_args
 
-ESTIMATORS = ("grpo", "rloo", "drgrpo")
+from trainer.config import Advantage
+
+ESTIMATORS: tuple[str, ...] = get_args(Advantage)
 
 
 def group_advantages(rewards: Sequence[float], estimator: str = "grpo", eps: float = 1e-4) -> list[float]:

@@ -7,6 +7,13 @@ Units, used consistently everywhere: the staleness rule counts **groups** (one q
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+LrSchedule = Literal["constant", "cosine"]
+Advantage = Literal["grpo", "rloo", "drgrpo"]
+FilterGroups = Literal["drop", "reject", "none"]
+ProxLogp = Literal["recompute", "loglinear"]
+Packing = Literal["pad", "concat"]
 
 
 @dataclass
@@ -25,6 +32,9 @@ class RoleResources:
 
 @dataclass
 class TrainConfig:
+    workflow: str = "search_agent"
+    """The episode workflow rollout workers and dev evaluation run: `search_agent` (agent.workflow) or an
+    import path `package.module:Class` of a `Workflow` subclass (docs/extending.md)."""
     data: str = ""
     """Training questions (QA JSONL). Empty: the train split of the configured world."""
     dev_data: str = ""
@@ -40,7 +50,7 @@ class TrainConfig:
     """Trajectories sampled per question (GRPO group)."""
     max_staleness: int = 4
     """Most weight versions a consumed sample may lag behind; 0 is synchronous RL."""
-    max_concurrent_rollouts: int = 64
+    max_concurrent_episodes: int = 64
     """Most episodes in flight across all rollout workers (a group of `group_size` episodes is admitted whole)."""
     rollout_workers: int = 2
     """Ray rollout worker actors."""
@@ -54,15 +64,15 @@ class TrainConfig:
     """Learning rate (AdamW)."""
     lr_warmup_steps: int = 0
     """Linear warm-up steps of the learning rate."""
-    lr_schedule: str = "constant"
+    lr_schedule: LrSchedule = "constant"
     """After warm-up: `constant` or `cosine` (to 10% of `lr` at `steps`)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     """AdamW betas."""
-    advantage: str = "grpo"
+    advantage: Advantage = "grpo"
     """Group-relative advantage estimator: `grpo` ((r-mean)/(std+eps)), `rloo` (leave-one-out) or `drgrpo` (r-mean)."""
-    filter_groups: str = "drop"
+    filter_groups: FilterGroups = "drop"
     """Zero-variance groups: `reject` (at completion; frees the slot, steps wait for B useful groups),
     `drop` (counted in the step's B groups, left out of the loss: variable-size batches) or `none`."""
     eps_clip: float = 0.2
@@ -73,14 +83,14 @@ class TrainConfig:
     """Entropy bonus: the loss subtracts `entropy_coef` x the token-mean policy entropy (0: off)."""
     behav_weight_cap: float = 5.0
     """Tokens whose behaviour weight pi_prox/pi_behav exceeds this are masked from the loss (0: no cap)."""
-    prox_logp: str = "recompute"
+    prox_logp: ProxLogp = "recompute"
     """How pi_prox is obtained: `recompute` (forward pass with the pre-step weights) or `loglinear`
     (interpolated from behaviour and current log-probs by version, AReaL's approximation)."""
     minibatches: int = 1
     """Optimizer steps per training batch (PPO minibatches). With 1, pi_prox comes free from the update's own forward."""
     micro_batch_tokens: int = 2048
     """Token budget of one packed micro-batch (sequences are packed first-fit-decreasing into micro-batches)."""
-    packing: str = "pad"
+    packing: Packing = "pad"
     """Micro-batch layout: `pad` (rows padded to the longest, sorted by length; fastest with CPU SDPA) or
     `concat` (sequences concatenated in one row with restarting position ids: block-diagonal attention)."""
     share_prefix: bool = True
@@ -117,6 +127,9 @@ class TrainConfig:
     """Placement of each learner actor."""
     rollout_resources: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.0, threads=1))
     """Placement of each rollout worker actor (asyncio and tool I/O: needs little CPU)."""
+    judge_resources: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.0, threads=1))
+    """Placement of the LLM judge's engine actor, started when `agent.reward_fn=judge` with the `embedded`
+    judge backend (every rollout worker reaches it; remote judge backends need no actor)."""
     worker_max_restarts: int = 3
     """Times Ray restarts a crashed rollout worker; its lost groups are re-run."""
     tool_latency_median_s: float = 0.0

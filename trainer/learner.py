@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from core.choices import check_choices
 from trainer.config import TrainConfig
 from trainer.loss import LossStats, decoupled_ppo_loss, loglinear_prox_logp
 from trainer.packing import MicroBatch, Sample, collate, plan_micro_batches
@@ -44,8 +45,6 @@ def lr_lambda(cfg: TrainConfig):
             frac = min(1.0, (step - cfg.lr_warmup_steps) / span)
             return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
         return 1.0
-    if cfg.lr_schedule not in ("constant", "cosine"):
-        raise ValueError(f"unknown lr_schedule '{cfg.lr_schedule}'; valid: constant, cosine")
     return f
 
 
@@ -56,6 +55,7 @@ class Learner:
                  rank: int = 0, world_size: int = 1, seed: int = 0):
         from serving.models import default_dtype, load_model, load_tokenizer
 
+        check_choices(cfg, "train")
         torch.manual_seed(seed)
         self.cfg, self.device = cfg, device
         self.rank, self.world_size, self.model_spec = rank, world_size, model_spec
@@ -242,8 +242,6 @@ class Learner:
     def _prox_for(self, mb: MicroBatch, logp: torch.Tensor, version: int, minibatches: int) -> torch.Tensor:
         if self.cfg.prox_logp == "loglinear":
             return loglinear_prox_logp(mb.behav_logp.to(self.device), logp, mb.versions.to(self.device), version)
-        if self.cfg.prox_logp != "recompute":
-            raise ValueError(f"unknown prox_logp '{self.cfg.prox_logp}'; valid: recompute, loglinear")
         if minibatches == 1:
             return logp.detach()  # this forward runs at the pre-step weights: exactly pi_prox
         assert mb.prox_logp is not None

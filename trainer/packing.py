@@ -16,8 +16,13 @@ policy token are kept in `MicroBatch.pos`: the learner computes logits there and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
 import torch
+
+from trainer.config import Packing
+
+PACKING_MODES: tuple[str, ...] = get_args(Packing)
 
 
 @dataclass
@@ -76,8 +81,8 @@ def plan_micro_batches(lengths: list[int], budget: int, mode: str = "pad",
 
     In `pad` mode `order` (default: longest first) is the order micro-batches are filled in; the
     learner passes samples sorted by their tokens, so rows sharing a prompt land together."""
-    if mode not in ("pad", "concat"):
-        raise ValueError(f"unknown packing mode '{mode}'; valid: pad, concat")
+    if mode not in PACKING_MODES:
+        raise ValueError(f"unknown packing mode '{mode}'; valid: {', '.join(PACKING_MODES)}")
     bins: list[list[int]] = []
     if mode == "pad":
         widest = 0

@@ -27,15 +27,17 @@ def role_threads(role: RoleResources) -> int:
     return role.threads if role.threads > 0 else max(1, int(role.num_cpus))
 
 
-def requested_cpus(cfg: TrainConfig, embedded: bool) -> float:
+def requested_cpus(cfg: TrainConfig, embedded: bool, judge_actor: bool = False) -> float:
     """Logical CPUs all roles ask for together."""
     total = cfg.learner_workers * cfg.learner_resources.num_cpus + cfg.rollout_workers * cfg.rollout_resources.num_cpus
     if embedded:
         total += cfg.engine_replicas * cfg.engine_resources.num_cpus
+    if judge_actor:
+        total += cfg.judge_resources.num_cpus
     return total
 
 
-def init_ray(cfg: TrainConfig, embedded: bool = True) -> None:
+def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False) -> None:
     """Join the configured cluster or start a local one (idempotent)."""
     import ray
 
@@ -54,10 +56,13 @@ def init_ray(cfg: TrainConfig, embedded: bool = True) -> None:
                                                    "TOKENIZERS_PARALLELISM", "RAY_AUTH_MODE", "OMP_WAIT_POLICY",
                                                    "HF_HUB_DISABLE_PROGRESS_BARS")
                         if k in os.environ}}
+    # Components named by import path (`my_rewards:score`) are imported inside the workers: the folder the
+    # run was started from is importable there, as it is in the driver.
+    env["env_vars"]["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
     if cfg.ray_address:
         ray.init(address=cfg.ray_address, runtime_env=env, log_to_driver=True)
         return
     # Local: logical CPUs are bookkeeping, not threads; declare enough for the configured roles.
-    cpus = max(float(os.cpu_count() or 1), requested_cpus(cfg, embedded))
+    cpus = max(float(os.cpu_count() or 1), requested_cpus(cfg, embedded, judge_actor))
     ray.init(num_cpus=int(cpus + 0.999), include_dashboard=False, runtime_env=env, log_to_driver=True,
              configure_logging=False)

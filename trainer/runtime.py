@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hexsearch.rundir import RunDir
+from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import accuracy
 from trainer.buffer import GroupBuffer
@@ -68,9 +68,11 @@ class Runtime:
     def _build(self) -> None:
         cfg, t = self.cfg, self.t
         embedded = cfg.engine.backend == "embedded"
-        init_ray(t, embedded)
+        judge_actor = cfg.agent.reward_fn == "judge" and cfg.agent.judge.backend == "embedded"
+        init_ray(t, embedded, judge_actor)
         train_items, self.dev_items, world = load_questions(cfg)
-        if cfg.tools.search_backend == "local" and not cfg.tools.index_dir and world is not None:
+        if ("search" in cfg.tools.builtin and cfg.tools.search_backend == "local" and not cfg.tools.index_dir
+                and world is not None):
             from tools.index import default_index
 
             cfg = replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))  # built once, here
@@ -87,13 +89,14 @@ class Runtime:
                                else (1, {"num_cpus": 0}))
         handles = start_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources))
         self.engines: list[Any] = [EngineProxy(handles, cfg.engine.model)]
+        judge_handles = self._start_judge(judge_actor)
         self.learners = LearnerGroup(cfg, ray_options(t.learner_resources), role_threads(t.learner_resources))
         self.workers = start_rollout_workers(cfg, handles, ray_options(t.rollout_resources),
-                                             role_threads(t.rollout_resources))
+                                             role_threads(t.rollout_resources), judge_handles)
         import ray
 
         ray.get([w.ready.remote() for w in self.workers])
-        self.staleness = StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_rollouts)
+        self.staleness = StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
         self.buffer = GroupBuffer()
         self.stream = QuestionStream(train_items, seed=cfg.run.seed)
         self.controller = RolloutController(
@@ -104,6 +107,39 @@ class Runtime:
                                folder=self.run.path / "weights", pause_mode="abort")
         self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
                                      t.wandb_project if t.wandb else None, self.run.path.name)
+
+    def _start_judge(self, actor: bool) -> list[Any] | None:
+        """With `agent.reward_fn=judge`: record the judge in `<run>/judge.json` and, for the embedded backend,
+        start its engine actor (never weight-synced), which every rollout worker reaches."""
+        judge = self.cfg.agent.judge
+        if self.cfg.agent.reward_fn != "judge":
+            return None
+        from agent.judge import describe_judge
+
+        self.run.write_json(self.run.path / "judge.json", describe_judge(judge))
+        if not actor:
+            return None
+        from serving.config import EngineConfig
+        from trainer.engine_actor import start_engine_actors
+
+        engine_cfg = EngineConfig(model=judge.model, backend="embedded", dtype=self.cfg.engine.dtype,
+                                  device=self.cfg.engine.device, request_timeout_s=judge.timeout_s)
+        return start_engine_actors(engine_cfg, 1, ray_options(self.t.judge_resources),
+                                   role_threads(self.t.judge_resources))
+
+    async def worker_stats(self) -> dict[str, float]:
+        """Tool and judge counters of all rollout workers (`tools/<name>/...`, `judge/...`): sums of the
+        counts and costs, means of the latencies."""
+        reports = await asyncio.gather(*(w.stats.remote() for w in self.workers), return_exceptions=True)
+        parts = [r for r in reports if isinstance(r, dict)]
+        out: dict[str, float] = {}
+        for part in parts:
+            for key, value in part.items():
+                out[key] = out.get(key, 0.0) + float(value)
+        for key in out:
+            if "latency" in key and parts:
+                out[key] /= sum(key in p for p in parts)
+        return out
 
     # -- evaluation --------------------------------------------------------------------------
     async def evaluate(self) -> dict[str, float]:

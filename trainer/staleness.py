@@ -46,7 +46,7 @@ class StalenessController:
         if max_staleness < 0 or batch_size < 1 or group_size < 1:
             raise ValueError("need max_staleness >= 0, batch_size >= 1, group_size >= 1")
         if max_concurrent_episodes < group_size:
-            raise ValueError(f"max_concurrent_rollouts ({max_concurrent_episodes}) is below group_size "
+            raise ValueError(f"max_concurrent_episodes ({max_concurrent_episodes}) is below group_size "
                              f"({group_size}): no group could ever be admitted")
         self.eta, self.batch_size, self.group_size = max_staleness, batch_size, group_size
         self.max_concurrent_episodes = max_concurrent_episodes

@@ -23,8 +23,8 @@ import asyncio
 import time
 from typing import Any
 
-from hexsearch.progress import progress
-from hexsearch.rundir import RunDir
+from core.progress import progress
+from core.rundir import RunDir
 from trainer.batch import build_samples, rollout_metrics
 from trainer.metrics import plot_reward_curve
 from trainer.runtime import Runtime
@@ -61,7 +61,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
             s.step += 1
             roll, staleness = rollout_metrics(groups, s.version - 1)
             metrics = {**roll, **stats, "train/kept_groups": kept, "time/sync_s": sync_s, "time/wait_s": t_wait,
-                       "time/step_s": time.perf_counter() - t0, **_rollout_figures(rt)}
+                       "time/step_s": time.perf_counter() - t0, **_rollout_figures(rt), **await rt.worker_stats()}
             if t.eval_every and s.step % t.eval_every == 0 and s.step < t.steps:
                 metrics.update(await rt.evaluate())
             rt.metrics.log(s.step, metrics, {"rollout/staleness": staleness})

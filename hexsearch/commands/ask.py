@@ -1,6 +1,6 @@
 """`hexsearch ask "QUESTION" [CONFIG] [key=value ...]`: one agent episode with a live trace.
 
-Runs the same agent as training and evaluation (agent.loop) with the configured engine and tools
+Runs the same workflow as training and evaluation (`train.workflow`, agent.workflow) with the configured engine and tools
 (default: the embedded SmolLM2 over the offline world's local index), prints each thought, tool
 call, result summary and the answer as they happen (`--quiet`: only the answer), and saves the
 trajectory JSONL under `<run>/trajectories/ask.jsonl`. When the question is one of the world's
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +86,13 @@ def find_world_item(world_dir: Path | None, question: str):
     return None
 
 
-async def ask_episode(question: Any, engine: Any, tools: dict, agent_cfg: Any, *, printer: TracePrinter,
-                      seed: int = 0):
-    """Run one traced episode (separate from the CLI so tests can drive it with any engine)."""
-    from agent.loop import run_episode
+async def ask_episode(question: Any, engine: Any, workflow: Any, *, printer: TracePrinter, seed: int = 0):
+    """Run one traced episode through `workflow` (separate from the CLI so tests can drive it with any engine).
+    Workflows that take an `on_event` callback (the search agent's) stream the trace live."""
+    from agent.workflow import SearchAgentWorkflow
 
-    return await run_episode(question, engine, tools, agent_cfg, seed=seed, on_event=printer)
+    live = {"on_event": printer} if isinstance(workflow, SearchAgentWorkflow) else {}
+    return await workflow.arun_episode(engine, question, seed=seed, request_id=None, **live)
 
 
 def _world_dir(cfg) -> Path | None:
@@ -103,8 +105,8 @@ def _world_dir(cfg) -> Path | None:
 
 async def _run(question: str, cfg, quiet: bool, gold: list[str]) -> int:
     from agent.qa import QAItem
+    from agent.workflow import make_workflow
     from serving.factory import build_engine
-    from tools.factory import build_tools
 
     run = open_run(cfg, "ask")
     printer = TracePrinter(quiet)
@@ -115,15 +117,19 @@ async def _run(question: str, cfg, quiet: bool, gold: list[str]) -> int:
     if not quiet:
         printer.console.print(f"[dim]engine {cfg.engine.backend}:{cfg.engine.model}; tools "
                               f"{cfg.tools.search_backend}{' over ' + str(world) if world else ''}; run {run.path}[/dim]")
-    tools = build_tools(cfg.tools, world_dir=world)
+    if world is not None:
+        from tools.index import default_index
+
+        cfg = replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))
+    workflow = make_workflow(cfg, world_dir=world)
     engine = build_engine(cfg.engine)
     try:
-        traj = await ask_episode(item or question, engine, tools, cfg.agent, printer=printer, seed=cfg.run.seed)
+        traj = await ask_episode(item or question, engine, workflow, printer=printer, seed=cfg.run.seed)
     finally:
-        for obj in (engine, *tools.values()):
-            close = getattr(obj, "aclose", None)
-            if close is not None:
-                await close()
+        await workflow.aclose()
+        close = getattr(engine, "aclose", None)
+        if close is not None:
+            await close()
     out = run.trajectories / "ask.jsonl"
     with open(out, "a", encoding="utf-8") as fh:
         fh.write(traj.to_json() + "\n")

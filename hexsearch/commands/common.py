@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from hexsearch.config import ConfigError, HexConfig, load_config, to_yaml
-from hexsearch.rundir import RunDir
+from core.rundir import RunDir
 
 
 class UserError(Exception):

@@ -26,7 +26,7 @@ def build(
     threads: int = typer.Option(0, "--threads", help="Torch/FAISS threads (0: library default)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing index folder."),
 ) -> None:
-    from hexsearch.progress import console
+    from core.progress import console
     from tools.docstore import CorpusError
     from tools.encoder import EncoderError
     from tools.index import IndexFolderError, build_index, read_meta

@@ -23,7 +23,7 @@ def register(serve_app: typer.Typer) -> None:
         workers: int = typer.Option(0, "--workers", help="Encoder processes, one batch in flight each "
                                                            "(0: one per core, at most 4)."),
     ) -> None:
-        from hexsearch.progress import console
+        from core.progress import console
         from serving.retrieval_server import run_retrieval_server
         from tools.index import IndexFolderError
 

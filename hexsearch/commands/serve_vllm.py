@@ -39,8 +39,8 @@ def register(serve_app: typer.Typer) -> None:
         startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="Seconds to wait for /health."),
         setup_only: bool = typer.Option(False, "--setup-only", help="Only set up .venv-vllm and the model."),
     ) -> None:
-        from hexsearch.progress import console
-        from hexsearch.rundir import RunDir
+        from core.progress import console
+        from core.rundir import RunDir
         from serving import vllm_setup
         from serving.launch import ServerStartError, start_vllm_server
         from serving.models import ModelNotFound, resolve_model

@@ -17,7 +17,7 @@ AS_JSON = typer.Option(False, "--json", help="Print the structured result as JSO
 
 
 def _call(tools: dict, name: str, args: dict, as_json: bool) -> None:
-    from hexsearch.progress import console
+    from core.progress import console
 
     async def go():
         try:
@@ -62,7 +62,7 @@ def search(
     no_cache: bool = NO_CACHE,
     as_json: bool = AS_JSON,
 ) -> None:
-    from hexsearch.progress import console
+    from core.progress import console
     from tools.config import ToolsConfig
 
     if backend == "local" and not index and not world:

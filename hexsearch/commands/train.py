@@ -20,8 +20,8 @@ def result_line(summary: dict) -> str:
 
 def run_training(config: str | None, overrides: list[str] | None, resume: str | None = None) -> dict:
     """Load the config (or the resumed run's own config), train, print the summary and RESULT line."""
-    from hexsearch.log import setup_logging
-    from hexsearch.rundir import RunDir
+    from core.log import setup_logging
+    from core.rundir import RunDir
 
     if resume:
         run_path = Path(resume)
@@ -55,19 +55,17 @@ def _stop_on_sigterm() -> None:
 
 
 def _check(cfg) -> None:
+    """Fail before Ray starts on what would fail later. Fixed choices were checked when the config loaded;
+    the staleness/concurrency ranges are the StalenessController's own check, run here early."""
+    from trainer.staleness import StalenessController
+
     t = cfg.train
-    choices = {"advantage": ("grpo", "rloo", "drgrpo"), "filter_groups": ("drop", "reject", "none"),
-               "prox_logp": ("recompute", "loglinear"), "packing": ("pad", "concat"),
-               "lr_schedule": ("constant", "cosine")}
-    for key, valid in choices.items():
-        if getattr(t, key) not in valid:
-            raise UserError(f"train.{key}={getattr(t, key)!r} is not one of: {', '.join(valid)}")
-    if t.batch_size < 1 or t.group_size < 1 or t.steps < 0 or t.max_staleness < 0:
-        raise UserError("train.batch_size and train.group_size must be >= 1, train.steps and "
-                        "train.max_staleness >= 0")
-    if t.max_concurrent_rollouts < t.group_size:
-        raise UserError(f"train.max_concurrent_rollouts ({t.max_concurrent_rollouts}) must be at least "
-                        f"train.group_size ({t.group_size})")
+    if t.steps < 0:
+        raise UserError(f"train.steps must be >= 0, got {t.steps}")
+    try:
+        StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
+    except ValueError as e:
+        raise UserError(f"train: {e}") from e
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ world_app = typer.Typer(help="Generate the offline world (corpus, pages, multi-h
 def run_generate(out: Path, **kw) -> tuple[dict, float]:
     """Generate a world with a progress bar (silenced by --quiet); returns (summary, seconds)."""
     from datagen.world import generate_world, work_units
-    from hexsearch.progress import progress
+    from core.progress import progress
 
     start = time.perf_counter()
     total = work_units(kw.get("entities", 400), kw.get("questions_per_entity", 3.0))
@@ -120,7 +120,7 @@ def generate(
     summary, seconds = run_generate(out, entities=entities, seed=seed, max_hops=max_hops, min_hops=min_hops,
                                     short_articles=short_articles, questions_per_entity=questions_per_entity,
                                     splits=fractions)
-    from hexsearch.progress import quiet
+    from core.progress import quiet
 
     if quiet():
         typer.echo(f"{out}: {sum(summary['entities'].values())} entities, "

@@ -1,0 +1,160 @@
+"""Workflows: the one episode contract that training, evaluation, QA synthesis and `hexsearch ask` run.
+
+    workflow = make_workflow(cfg)                    # once per process: tools, reward, judge built here
+    traj = await workflow.arun_episode(engine, item, seed=7, request_id="q1/0")
+
+`Workflow.arun_episode(engine, item, *, seed, request_id) -> Trajectory` is the whole contract
+(AReaL's `arun_episode`): the engine is any `serving.protocol.InferenceEngine` (an embedded engine,
+a Ray engine proxy, a vLLM/SGLang client, a scripted engine in tests), the item a QA item (or a
+question string) and the trajectory token-exact (agent.trajectory). Whoever runs episodes (Ray
+rollout workers, the dev evaluation, `hexsearch ask`, evaluation and QA synthesis) builds a
+workflow once with `make_workflow(cfg, **shared)` and calls only this method, concurrently.
+
+`train.workflow` names the class: `search_agent` (SearchAgentWorkflow, below) or an import path
+`package.module:Class` of a Workflow subclass, resolved where it is built (inside each Ray worker).
+A subclass is constructed as `Class(cfg, **shared)`, where `cfg` is the whole HexConfig and
+`shared` the process-wide resources the caller offers (`judge_engine`: an engine for the LLM
+judge; `world_dir`: the offline world's folder; `worker_index`: which rollout worker); it passes
+them on to `Workflow.__init__`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import zlib
+from dataclasses import replace
+from typing import Any
+
+from agent.judge import build_judge
+from agent.loop import Agent, EventFn
+from agent.rewards import resolve_reward
+from agent.trajectory import Trajectory
+from core.registry import ComponentError, Registry
+
+
+class Workflow:
+    """Base class of episode workflows (see the module docstring)."""
+
+    def __init__(self, cfg: Any, **shared: Any):
+        self.cfg = cfg
+        self.shared = shared
+
+    async def arun_episode(self, engine: Any, item: Any, *, seed: int | None = None,
+                           request_id: str | None = None) -> Trajectory:
+        """Play one episode of `item` on `engine` and return its scored trajectory; never raises for
+        engine, tool or model failures (they are the trajectory's `stop_reason`)."""
+        raise NotImplementedError
+
+    def with_temperature(self, temperature: float) -> Workflow:
+        """The same workflow sampling at `temperature` (the dev evaluation's greedy copy). The default is a
+        shallow copy whose `cfg.agent.temperature` is replaced; resources stay shared."""
+        other = copy.copy(self)
+        other.cfg = replace(self.cfg, agent=replace(self.cfg.agent, temperature=temperature))
+        return other
+
+    def stats(self) -> dict[str, float]:
+        """Counters under stable metric names (`tools/<name>/...`, `judge/...`), cumulative."""
+        return {}
+
+    async def aclose(self) -> None:
+        """Release tools, servers and clients."""
+
+
+WORKFLOWS = Registry("workflow", "train.workflow")
+"""Workflows by name; `train.workflow` also takes an import path `package.module:Class`."""
+
+
+def make_workflow(cfg: Any, **shared: Any) -> Workflow:
+    """The workflow `cfg.train.workflow` names, built with `cls(cfg, **shared)`."""
+    cls = WORKFLOWS.resolve(cfg.train.workflow)
+    if not (isinstance(cls, type) and issubclass(cls, Workflow)):
+        raise ComponentError(f"train.workflow: '{cfg.train.workflow}' is not a subclass of agent.workflow.Workflow")
+    return cls(cfg, **shared)
+
+
+@WORKFLOWS.register("search_agent")
+class SearchAgentWorkflow(Workflow):
+    """The search agent (agent.loop) with its tools, reward function and judge, owned for the process.
+
+    Tools are opened on the first episode (`tools.factory.open_toolset`: built-ins, components, MCP
+    servers), unless given; so are the reward function (`agent.reward_fn`) and, for
+    `reward_fn=judge`, the judge (`agent.judge`; over `shared["judge_engine"]` when the caller
+    offers one, e.g. the training run's judge actor)."""
+
+    def __init__(self, cfg: Any, *, tools: dict[str, Any] | None = None, judge: Any = None, **shared: Any):
+        super().__init__(cfg, **shared)
+        self.tools = tools
+        self.judge = judge
+        self.reward_fn = resolve_reward(cfg.agent.reward_fn)
+        self._owned: list[Any] = []  # what this workflow opened and must close
+        self._agents: dict[int, Agent] = {}
+        self._setup_lock: asyncio.Lock | None = None
+        self._parent: SearchAgentWorkflow | None = None  # set on `with_temperature` copies
+
+    async def setup(self) -> None:
+        """Open the tools and the judge (idempotent; concurrent callers wait for the first)."""
+        if self._parent is not None:  # a copy uses its parent's tools and judge
+            await self._parent.setup()
+            self.tools, self.judge = self._parent.tools, self._parent.judge
+            return
+        if self._setup_lock is None:
+            self._setup_lock = asyncio.Lock()
+        async with self._setup_lock:
+            if self.tools is None:
+                from tools.factory import open_toolset
+
+                toolset = await open_toolset(self.cfg.tools, world_dir=self.shared.get("world_dir"))
+                self._owned.append(toolset)
+                self.tools = self._with_latency(dict(toolset))
+            if self.judge is None and self.cfg.agent.reward_fn == "judge":
+                self.judge = build_judge(self.cfg.agent.judge, engine=self.shared.get("judge_engine"))
+                self._owned.append(self.judge)
+
+    def _with_latency(self, tools: dict[str, Any]) -> dict[str, Any]:
+        """Tools with `train.tool_latency_*` simulated web latency, seeded by (run seed, worker, tool) so that
+        every run with the same seed draws the same delays."""
+        train = getattr(self.cfg, "train", None)
+        if train is None or train.tool_latency_median_s <= 0:
+            return tools
+        from tools.latency import LatencyTool
+
+        worker = self.shared.get("worker_index", 0)
+        return {name: LatencyTool(tool, train.tool_latency_median_s, train.tool_latency_p99_s,
+                                  seed=zlib.crc32(f"{self.cfg.run.seed}/{worker}/{name}".encode()))
+                for name, tool in tools.items()}
+
+    def agent_for(self, engine: Any) -> Agent:
+        """The Agent bound to `engine` (built once per engine: prompts, schemas, format, policy)."""
+        agent = self._agents.get(id(engine))
+        if agent is None or agent.engine is not engine:
+            agent = Agent(engine, self.tools or {}, self.cfg.agent, judge=self.judge, reward_fn=self.reward_fn)
+            self._agents[id(engine)] = agent
+        return agent
+
+    async def arun_episode(self, engine: Any, item: Any, *, seed: int | None = None, request_id: str | None = None,
+                           on_event: EventFn | None = None) -> Trajectory:
+        """One episode (see Workflow); `on_event` receives live events (the `hexsearch ask` trace)."""
+        await self.setup()
+        return await self.agent_for(engine).run(item, request_id=request_id, seed=seed, on_event=on_event)
+
+    def with_temperature(self, temperature: float) -> SearchAgentWorkflow:
+        other: SearchAgentWorkflow = super().with_temperature(temperature)  # type: ignore[assignment]
+        other._agents, other._owned, other._parent = {}, [], self  # agents hold the sampling config
+        return other
+
+    def stats(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for tool in (self.tools or {}).values():
+            stats = getattr(tool, "stats", None)
+            if callable(stats):
+                out.update(stats())
+        judge_stats = getattr(self.judge, "stats", None)
+        if callable(judge_stats):
+            out.update(judge_stats())
+        return out
+
+    async def aclose(self) -> None:
+        for obj in reversed(self._owned):
+            await obj.aclose()
+        self._owned.clear()
