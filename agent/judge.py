@@ -36,14 +36,16 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from agent.config import JudgeBackend
+from core.choices import check_choices
 from core.log import get_logger, redact
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, generate_continuing
 
 log = get_logger(__name__)
 
-JUDGE_BACKENDS = ("embedded", "http", "vllm", "sglang", "openai")
+JUDGE_BACKENDS: tuple[str, ...] = get_args(JudgeBackend)
 JUDGE_PROMPT_VERSION = "v1"
 JUDGE_SYSTEM = "You grade answers to questions. You are strict about facts and lenient about wording."
 JUDGE_PROMPT = """\
@@ -227,9 +229,8 @@ class LLMJudge:
                                     max_tokens=self.max_new_tokens, seed=attempt)
         else:
             sp = SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens, seed=attempt)
-            call = generate_continuing(self.engine, GenerateRequest(prompt_ids=self.prompt_ids(question, golds,
-                                                                                                prediction),
-                                                                    sampling=sp))
+            request = GenerateRequest(prompt_ids=self.prompt_ids(question, golds, prediction), sampling=sp)
+            call = generate_continuing(self.engine, request)
         self.counters["calls"] += 1
         t0 = time.monotonic()
         try:
@@ -382,8 +383,7 @@ def build_judge(cfg: Any, engine: InferenceEngine | None = None) -> LLMJudge:
                   retries=cfg.retries, timeout_s=cfg.timeout_s)
     if engine is not None:
         return LLMJudge(engine, cfg.model, **common, backend=cfg.backend, owns_transport=False)
-    if cfg.backend not in JUDGE_BACKENDS:
-        raise ValueError(f"unknown agent.judge.backend '{cfg.backend}'; valid: {', '.join(JUDGE_BACKENDS)}")
+    check_choices(cfg, "agent.judge")
     if cfg.backend == "openai":
         from serving.openai_chat import OpenAIChatClient, public_url
 

@@ -272,13 +272,14 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def describe(cls: type = HexConfig, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, type, docstring) for every leaf field, recursing into nested dataclasses; the type of a
-    fixed-choice field is its values, e.g. `drop|reject|none`."""
+    fixed-choice field is its values, e.g. `drop|reject|none` (`list[search|access]` for a list of them)."""
     rows: list[tuple[str, str, str]] = []
     docs = field_docs(cls)
     types = field_types(cls)
     for f in dataclasses.fields(cls):
-        choices = literal_values(types[f.name])
-        kind = "|".join(map(str, choices)) if choices else getattr(f.type, "__name__", str(f.type))
+        choices, items = literal_values(types[f.name]), item_literal_values(types[f.name])
+        kind = ("|".join(map(str, choices)) if choices else f"list[{'|'.join(map(str, items))}]" if items
+                else getattr(f.type, "__name__", str(f.type)))
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
         if dataclasses.is_dataclass(default):
             rows.extend(describe(type(default), f"{prefix}{f.name}."))

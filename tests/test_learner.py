@@ -55,7 +55,7 @@ def test_collate_gathers_only_policy_positions():
 
 @pytest.mark.parametrize("packing", ["pad", "concat"])
 def test_logprobs_match_a_plain_forward(tiny_model_spec, packing):
-    learner = Learner(TrainConfig(packing=packing, micro_batch_tokens=64), tiny_model_spec)
+    learner = Learner(TrainConfig(precision="fp32", packing=packing, micro_batch_tokens=64), tiny_model_spec)
     samples = _samples()
     got = learner.logprobs(samples)
     for s, g in zip(samples, got, strict=True):
@@ -82,8 +82,8 @@ def _grouped_samples(groups: int = 3, g: int = 3, seed: int = 0) -> list[Sample]
 def test_prefix_sharing_is_exact(tiny_model_spec):
     """Shared-prefix forwards (a step-wide stem, then per-group prefixes) give the same log-probs and
     the same update as full forwards."""
-    shared = Learner(TrainConfig(lr=1e-2, share_prefix=True, micro_batch_tokens=400), tiny_model_spec)
-    full = Learner(TrainConfig(lr=1e-2, share_prefix=False, micro_batch_tokens=400), tiny_model_spec)
+    shared = Learner(TrainConfig(precision="fp32", lr=1e-2, share_prefix=True, micro_batch_tokens=400), tiny_model_spec)
+    full = Learner(TrainConfig(precision="fp32", lr=1e-2, share_prefix=False, micro_batch_tokens=400), tiny_model_spec)
     samples = _grouped_samples()
     assert shared.share_prefix and not full.share_prefix
     a, b = shared.logprobs(samples), full.logprobs(samples)
@@ -98,7 +98,7 @@ def test_prefix_sharing_is_exact(tiny_model_spec):
 
 
 def test_step_raises_logprob_of_advantaged_tokens(tiny_model_spec):
-    cfg = TrainConfig(lr=1e-2, grad_clip=0, micro_batch_tokens=64)
+    cfg = TrainConfig(precision="fp32", lr=1e-2, grad_clip=0, micro_batch_tokens=64)
     learner = Learner(cfg, tiny_model_spec)
     samples = _samples()
     for s, lp in zip(samples, learner.logprobs(samples), strict=True):
@@ -114,7 +114,7 @@ def test_step_raises_logprob_of_advantaged_tokens(tiny_model_spec):
 
 
 def test_no_signal_means_no_update(tiny_model_spec):
-    learner = Learner(TrainConfig(lr=1e-2), tiny_model_spec)
+    learner = Learner(TrainConfig(precision="fp32", lr=1e-2), tiny_model_spec)
     w0 = {k: v.clone() for k, v in learner.trainable_state().items()}
     stats = learner.train_step([], version=0)
     assert stats["train/optimizer_steps"] == 0
@@ -123,7 +123,7 @@ def test_no_signal_means_no_update(tiny_model_spec):
 
 @pytest.mark.parametrize("prox", ["recompute", "loglinear"])
 def test_several_minibatches(tiny_model_spec, prox):
-    learner = Learner(TrainConfig(lr=1e-3, minibatches=2, prox_logp=prox), tiny_model_spec)
+    learner = Learner(TrainConfig(precision="fp32", lr=1e-3, minibatches=2, prox_logp=prox), tiny_model_spec)
     samples = _samples()
     for s, lp in zip(samples, learner.logprobs(samples), strict=True):
         s.logprobs, s.versions = lp, [0] * len(s)
@@ -136,7 +136,7 @@ def test_several_minibatches(tiny_model_spec, prox):
 def test_lora_export_is_the_merged_model(tiny_model_spec):
     from serving.models import load_model
 
-    learner = Learner(TrainConfig(lr=5e-2, lora_rank=4, lora_modules=["q_proj", "v_proj"]), tiny_model_spec)
+    learner = Learner(TrainConfig(precision="fp32", lr=5e-2, lora_rank=4, lora_modules=["q_proj", "v_proj"]), tiny_model_spec)
     samples = _samples()
     learner.train_step(samples, version=0)
     exported = learner.export_weights()
@@ -150,7 +150,7 @@ def test_lora_export_is_the_merged_model(tiny_model_spec):
 
 
 def test_checkpoint_state_round_trip(tiny_model_spec):
-    cfg = TrainConfig(lr=1e-2)
+    cfg = TrainConfig(precision="fp32", lr=1e-2)
     a = Learner(cfg, tiny_model_spec)
     a.train_step(_samples(), version=0)
     b = Learner(cfg, tiny_model_spec)
@@ -174,7 +174,7 @@ def _dp_rank(rank: int, world: int, port: int, spec: str, out: dict) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    learner = Learner(TrainConfig(lr=1e-2, grad_clip=0.5), spec, rank=rank, world_size=world)
+    learner = Learner(TrainConfig(precision="fp32", lr=1e-2, grad_clip=0.5), spec, rank=rank, world_size=world)
     share = split_by_tokens(_samples(), world)[rank]
     stats = learner.train_step(share, version=0)
     if rank == 0:
@@ -194,7 +194,7 @@ def test_data_parallel_equals_single_learner(tiny_model_spec):
     manager = mp.Manager()
     out = manager.dict()
     mp.spawn(_dp_rank, args=(2, port, tiny_model_spec, out), nprocs=2, join=True)
-    single = Learner(TrainConfig(lr=1e-2, grad_clip=0.5), tiny_model_spec)
+    single = Learner(TrainConfig(precision="fp32", lr=1e-2, grad_clip=0.5), tiny_model_spec)
     stats = single.train_step(_samples(), version=0)
     assert out["stats"]["train/policy_tokens"] == stats["train/policy_tokens"]
     assert out["stats"]["train/grad_norm"] == pytest.approx(stats["train/grad_norm"], rel=1e-4)
@@ -207,11 +207,11 @@ def test_entropy_bonus_raises_policy_entropy(tiny_model_spec):
     samples = _samples()
     for s in samples:
         s.advantage = 0.0
-    plain = Learner(TrainConfig(lr=1e-2, entropy_coef=0.0), tiny_model_spec)
+    plain = Learner(TrainConfig(precision="fp32", lr=1e-2, entropy_coef=0.0), tiny_model_spec)
     w0 = {k: v.clone() for k, v in plain.trainable_state().items()}
     plain.train_step(samples, version=0)
     assert all(torch.equal(w0[k], v) for k, v in plain.trainable_state().items())
-    bonus = Learner(TrainConfig(lr=1e-3, entropy_coef=1.0), tiny_model_spec)
+    bonus = Learner(TrainConfig(precision="fp32", lr=1e-3, entropy_coef=1.0), tiny_model_spec)
     seen = [bonus.train_step(samples, version=v)["train/entropy"] for v in range(3)]  # each at pre-step weights
     assert seen[0] < seen[1] < seen[2]
 
@@ -238,6 +238,17 @@ def test_samples_drawn_at_any_temperature_score_as_on_policy(tiny_model_spec):
     samples = [Sample(prompt + o.output_ids, [0] * len(prompt) + [1] * len(o.output_ids),
                       [0.0] * len(prompt) + o.logprobs, [0] * (len(prompt) + len(o.output_ids)),
                       advantage=1.0 if i % 2 else -1.0) for i, o in enumerate(outs)]
-    stats = Learner(TrainConfig(lr=1e-3), tiny_model_spec).train_step(samples, version=0)
+    stats = Learner(TrainConfig(precision="fp32", lr=1e-3), tiny_model_spec).train_step(samples, version=0)
     assert stats["train/behav_weight_mean"] == pytest.approx(1.0, abs=1e-3)
     assert stats["train/behav_weight_max"] < 1.01 and stats["train/behav_weight_min"] > 0.99
+
+
+def test_precision_sets_the_autocast(tiny_model_spec):
+    import torch
+
+    from serving.models import default_dtype
+
+    fast = default_dtype("cpu")
+    assert Learner(TrainConfig(), tiny_model_spec).autocast == (None if fast == torch.float32 else fast)
+    assert Learner(TrainConfig(precision="bf16"), tiny_model_spec).autocast == torch.bfloat16
+    assert Learner(TrainConfig(precision="fp32"), tiny_model_spec).autocast is None

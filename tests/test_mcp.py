@@ -46,13 +46,13 @@ async def open_fx(server: MCPServerConfig | None = None, **base):
     return conn, {t.name: t for t in tools}
 
 
-def gone(pid: int, within_s: float = 10.0) -> bool:
+async def gone(pid: int, within_s: float = 10.0) -> bool:
     """True once the process no longer exists (not even as a zombie)."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if not os.path.exists(f"/proc/{pid}"):
             return True
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     return False
 
 
@@ -117,7 +117,7 @@ async def test_killed_server_gives_an_error_then_restarts_and_leaves_no_process(
         obs = await tools["echo"]({"text": "b"})  # the connection restarted itself
         assert obs.ok and obs.text == "echo: b" and conn.restarts == 1
         pid2 = int((await tools["pid"]({})).text)
-        assert pid2 != pid1 and gone(pid1)  # the killed one was reaped, no zombie
+        assert pid2 != pid1 and await gone(pid1)  # the killed one was reaped, no zombie
         # with a retry, a call that hits a dead server succeeds on its second attempt
         retrying = MCPTool(conn, next(t for t in await conn.list_tools() if t.name == "echo"), **kw(retries=1))
         os.kill(pid2, signal.SIGKILL)
@@ -126,7 +126,7 @@ async def test_killed_server_gives_an_error_then_restarts_and_leaves_no_process(
         pid3 = int((await tools["pid"]({})).text)
     finally:
         await conn.aclose()
-    assert gone(pid2) and gone(pid3)  # aclose ends the server process
+    assert await gone(pid2) and await gone(pid3)  # aclose ends the server process
 
 
 async def test_tool_that_exits_the_server_then_later_calls_work():
@@ -136,7 +136,19 @@ async def test_tool_that_exits_the_server_then_later_calls_work():
         obs = await tools["crash"]({})
         assert not obs.ok and "connection lost" in obs.error
         assert (await tools["echo"]({"text": "back"})).text == "echo: back"
-        assert gone(pid) and conn.restarts == 1
+        assert await gone(pid) and conn.restarts == 1
+    finally:
+        await conn.aclose()
+
+
+async def test_concurrent_calls_share_one_session_and_one_restart():
+    conn, tools = await open_fx(retries=2)
+    try:
+        texts = [o.text for o in await asyncio.gather(*(tools["echo"]({"text": str(i)}) for i in range(20)))]
+        assert texts == [f"echo: {i}" for i in range(20)]
+        os.kill(int((await tools["pid"]({})).text), signal.SIGKILL)
+        results = await asyncio.gather(*(tools["echo"]({"text": str(i)}) for i in range(8)))
+        assert all(o.ok for o in results) and conn.restarts == 1  # every call retried onto one restarted server
     finally:
         await conn.aclose()
 

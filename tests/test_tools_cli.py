@@ -68,3 +68,59 @@ def test_allowed_fixture_page_and_local_world_page(web, tmp_path):
     write_corpus(tmp_path / "world")
     local = access(url_of("Port Sable"), "--pages", str(tmp_path / "world" / "pages.jsonl"), env_cache=str(tmp_path))
     assert local.returncode == 0 and "Title: Port Sable" in local.stdout and "salt trade" in local.stdout
+
+
+# -- `hexsearch tools list|call` on a config's tools (here: an MCP server's) ----------------------------
+MCP_FIXTURE = str(__import__("pathlib").Path(__file__).parent / "fixtures" / "mcp_server.py")
+
+
+def hexsearch(*args: str, cache: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, HEXSEARCH_CACHE=cache)
+    return subprocess.run([sys.executable, "-m", "hexsearch.cli", "-q", "tools", *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def mcp_config(tmp_path, **server) -> str:
+    """A config with no built-ins and one MCP server (JSON is YAML)."""
+    entry = dict(name="fx", command=sys.executable, args=[MCP_FIXTURE], tools=["echo", "fail", "add"],
+                 prefix="fx_") | server
+    path = tmp_path / "mcp.yaml"
+    path.write_text(json.dumps({"tools": {"builtin": [], "retries": 0, "timeout_s": 20, "mcp_servers": [entry]}}))
+    return str(path)
+
+
+def test_tools_list_shows_mcp_tools_with_schemas(tmp_path):
+    cfg = mcp_config(tmp_path)
+    proc = hexsearch("list", cfg, cache=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "fx_echo  [mcp fx]\n  Echo the given text back.\n  parameters: {" in proc.stdout
+    assert '"required": ["a", "b"]' in proc.stdout
+    proc = hexsearch("list", cfg, "--json", cache=str(tmp_path))
+    schemas = json.loads(proc.stdout)
+    assert [s["function"]["name"] for s in schemas] == ["fx_echo", "fx_fail", "fx_add"]
+    assert schemas[0]["function"]["parameters"]["properties"]["text"]["type"] == "string"
+
+
+def test_tools_call_prints_the_observation_and_exits_by_outcome(tmp_path):
+    cfg = mcp_config(tmp_path)
+    ok = hexsearch("call", "fx_echo", '{"text": "hello"}', cfg, cache=str(tmp_path))
+    assert ok.returncode == 0 and ok.stdout == "echo: hello\n", ok.stderr
+    data = hexsearch("call", "fx_add", '{"a": 2, "b": 3}', cfg, "--json", cache=str(tmp_path))
+    assert data.returncode == 0 and json.loads(data.stdout)["structured"] == {"total": 5, "terms": [2, 3]}
+    failed = hexsearch("call", "fx_fail", '{"message": "no such page"}', cfg, cache=str(tmp_path))
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert one_line(failed).startswith("hexsearch: fx_fail failed:") and "no such page" in failed.stderr
+    unknown = hexsearch("call", "echo", "{}", cfg, cache=str(tmp_path))
+    assert unknown.returncode == 2
+    assert one_line(unknown) == "hexsearch: unknown tool 'echo' (configured tools: fx_add, fx_echo, fx_fail)"
+    bad_json = hexsearch("call", "fx_echo", "{text: hi}", cfg, cache=str(tmp_path))
+    assert bad_json.returncode == 2 and "JSON_ARGS is not valid JSON" in one_line(bad_json)
+
+
+def test_tools_list_reports_a_server_that_cannot_start(tmp_path):
+    proc = hexsearch("list", mcp_config(tmp_path, name="broken", command="/nonexistent/server", args=[]),
+                     cache=str(tmp_path))
+    assert proc.returncode == 2
+    assert one_line(proc).startswith("hexsearch: MCP server 'broken' could not start: FileNotFoundError")

@@ -29,7 +29,7 @@ def test_two_ray_learner_ranks_equal_one_learner(tiny_model_spec):
         ranks = ray.get([a.export_weights.remote() for a in group.actors])
     finally:
         ray.shutdown()
-    single = Learner(TrainConfig(lr=1e-2, grad_clip=0.5), tiny_model_spec)
+    single = Learner(TrainConfig(precision="fp32", lr=1e-2, grad_clip=0.5), tiny_model_spec)
     ref = single.train_step(_samples(), version=0)
     assert stats["train/policy_tokens"] == ref["train/policy_tokens"]
     want = single.export_weights()

@@ -68,7 +68,7 @@ def _one_line(text: str, limit: int = 500) -> str:
 
 def _leaf(exc: BaseException) -> BaseException:
     """The first real error inside (possibly nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+    while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:  # (Base)ExceptionGroup, 3.10-safe
         inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
         exc = (inner or list(exc.exceptions))[0]
     return exc
@@ -106,6 +106,12 @@ def describe_content(blocks: list[Any]) -> str:
     return "\n".join(parts)
 
 
+async def _cancel_when_set(stop: asyncio.Event, scope: anyio.CancelScope) -> None:
+    """Turn the stop event into an anyio cancellation, under which the SDK's shielded shutdown runs."""
+    await stop.wait()
+    scope.cancel()
+
+
 def server_label(server: MCPServerConfig) -> str:
     """The name a server goes by in messages: `name`, else the command's file name or the URL's host."""
     if server.name:
@@ -129,7 +135,6 @@ class MCPConnection:
         self.restart_backoff_max_s = restart_backoff_max_s
         self.restarts = 0
         """Successful restarts after the first start."""
-        self.server_info: dict[str, Any] = {}
         self._session: ClientSession | None = None
         self._task: asyncio.Task | None = None
         self._stop: asyncio.Event | None = None
@@ -140,13 +145,13 @@ class MCPConnection:
         self._last_failure = 0.0
         self._lock = asyncio.Lock()
         self._reapers: set[asyncio.Task] = set()
-        self._secrets: list[str] = []
+        self._secrets: set[str] = set()
         self._stderr: deque[str] = deque(maxlen=_STDERR_TAIL)
 
     # -- secrets --------------------------------------------------------------------------------
     def _secret_values(self) -> list[str]:
         names = list(self.server.env_passthrough) + ([self.server.bearer_token_env] if self.server.bearer_token_env else [])
-        values = [os.environ.get(n, "") for n in names] + self._secrets
+        values = [os.environ.get(n, "") for n in names] + list(self._secrets)
         return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)  # longest first: no partial leftovers
 
     def scrub(self, text: str) -> str:
@@ -185,10 +190,9 @@ class MCPConnection:
         stop = asyncio.Event()
         task = asyncio.create_task(self._serve(ready, stop), name=f"mcp-{self.name}")
         try:
-            async with asyncio.timeout(self.server.connect_timeout_s):
-                session = await asyncio.shield(ready)
+            session = await asyncio.wait_for(asyncio.shield(ready), self.server.connect_timeout_s)
         except BaseException as exc:
-            timed_out = isinstance(exc, TimeoutError) and not ready.done()
+            timed_out = isinstance(exc, asyncio.TimeoutError) and not ready.done()
             if ready.done() and not ready.cancelled():
                 ready.exception()  # retrieved: no "exception never retrieved" warning
             else:
@@ -235,14 +239,12 @@ class MCPConnection:
         """The background task: holds the transport and session open until `stop` is set."""
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._cancel_when_set, stop, tg.cancel_scope)
+                tg.start_soon(_cancel_when_set, stop, tg.cancel_scope)
                 async with AsyncExitStack() as stack:
                     read, write = await stack.enter_async_context(self._transport())
                     session = await stack.enter_async_context(ClientSession(
                         read, write, client_info=mt.Implementation(name="hexsearch", version="1")))
-                    init = await session.initialize()
-                    info = init.server_info
-                    self.server_info = {"name": info.name, "version": info.version} if info else {}
+                    await session.initialize()
                     if not ready.done():
                         ready.set_result(session)
                     await anyio.sleep_forever()
@@ -258,11 +260,6 @@ class MCPConnection:
         if not ready.done():
             ready.set_exception(ConnectionError("stopped before initialize finished"))
 
-    @staticmethod
-    async def _cancel_when_set(stop: asyncio.Event, scope: anyio.CancelScope) -> None:
-        await stop.wait()
-        scope.cancel()
-
     def _transport(self):
         return self._stdio() if self.server.command else self._http()
 
@@ -275,7 +272,7 @@ class MCPConnection:
                 log.warning("MCP server '%s': env_passthrough variable %s is not set", self.name, var)
             else:
                 env[var] = value
-                self._secrets.append(value)
+                self._secrets.add(value)
         params = StdioServerParameters(command=self.server.command, args=list(self.server.args), env=env)
         rfd, wfd = os.pipe()
         threading.Thread(target=self._drain_stderr, args=(rfd,), daemon=True, name=f"mcp-stderr-{self.name}").start()
@@ -301,7 +298,7 @@ class MCPConnection:
         headers = {}
         if self.server.bearer_token_env:
             token = os.environ.get(self.server.bearer_token_env, "")
-            self._secrets.append(token)
+            self._secrets.add(token)
             headers["Authorization"] = f"Bearer {token}"
         timeout = httpx2.Timeout(self.server.connect_timeout_s, read=max(self.call_timeout_s, 60.0))
         async with httpx2.AsyncClient(headers=headers, timeout=timeout) as client:
@@ -346,8 +343,9 @@ class MCPConnection:
     async def _request(self, fn, *args: Any, timeout_s: float) -> Any:
         session, gen = await self._session_for_call()
         try:
-            async with asyncio.timeout(timeout_s):
-                return await fn(session, *args)
+            return await asyncio.wait_for(fn(session, *args), timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError() from None  # the builtin one (asyncio's differs on 3.10): BaseTool's "timed out"
         except SDKError as exc:
             if exc.code == mt.CONNECTION_CLOSED:
                 raise self._lost(gen, exc) from None
@@ -356,7 +354,7 @@ class MCPConnection:
             raise ToolError(self.scrub(_one_line(f"MCP server '{self.name}': {exc.message}"))) from None
         except _CONNECTION_ERRORS as exc:
             raise self._lost(gen, exc) from None
-        except (TimeoutError, ToolError):
+        except ToolError:
             raise
         except Exception as exc:  # a malformed reply, an unexpected result type: permanent, described
             raise ToolError(self.scrub(_one_line(f"MCP server '{self.name}': {_describe(exc)}"))) from None

@@ -103,6 +103,9 @@ class TrainConfig:
     """LoRA alpha (scale = alpha / rank)."""
     lora_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """Modules that get LoRA adapters."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """Learner forward precision over its fp32 master weights: `auto` (bf16 autocast where the device runs it
+    fast: a GPU or a CPU with AVX512_BF16; else fp32), `fp32` (exact, the same on every machine) or `bf16`."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
     grad_clip: float = 1.0

@@ -76,7 +76,7 @@ class Learner:
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=tuple(cfg.adam_betas),
                                            weight_decay=cfg.weight_decay, fused=True)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        fast = default_dtype(device)
+        fast = {"auto": default_dtype(device), "fp32": torch.float32, "bf16": torch.bfloat16}[cfg.precision]
         self.autocast = fast if fast != torch.float32 else None
         if cfg.gradient_checkpointing:
             self.model.train()  # HF checkpoints only in train mode (Llama-family models have no dropout)
@@ -89,7 +89,7 @@ class Learner:
 
     # -- forward ---------------------------------------------------------------------------
     def _autocast(self):
-        """bf16 autocast where the device runs it fast (GPU, AVX512_BF16), else a no-op."""
+        """bf16 autocast under `train.precision` (`auto`: where the device runs it fast), else a no-op."""
         if self.autocast is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.split(":")[0], dtype=self.autocast)

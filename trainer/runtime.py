@@ -55,7 +55,7 @@ def load_questions(cfg: Any) -> tuple[list[Any], list[Any], Path | None]:
 
 class Runtime:
     def __init__(self, cfg: Any, run: RunDir):
-        self.cfg, self.run, self.t = cfg, run, cfg.train
+        self.cfg, self.run, self.train_cfg = cfg, run, cfg.train
         self.state = LoopState()
         self.last_gen: tuple[int, float] = (0, time.perf_counter())
 
@@ -66,7 +66,7 @@ class Runtime:
         return rt
 
     def _build(self) -> None:
-        cfg, t = self.cfg, self.t
+        cfg, t = self.cfg, self.train_cfg
         embedded = cfg.engine.backend == "embedded"
         judge_actor = cfg.agent.reward_fn == "judge" and cfg.agent.judge.backend == "embedded"
         init_ray(t, embedded, judge_actor)
@@ -124,8 +124,8 @@ class Runtime:
 
         engine_cfg = EngineConfig(model=judge.model, backend="embedded", dtype=self.cfg.engine.dtype,
                                   device=self.cfg.engine.device, request_timeout_s=judge.timeout_s)
-        return start_engine_actors(engine_cfg, 1, ray_options(self.t.judge_resources),
-                                   role_threads(self.t.judge_resources))
+        return start_engine_actors(engine_cfg, 1, ray_options(self.train_cfg.judge_resources),
+                                   role_threads(self.train_cfg.judge_resources))
 
     async def worker_stats(self) -> dict[str, float]:
         """Tool and judge counters of all rollout workers (`tools/<name>/...`, `judge/...`): sums of the
@@ -165,7 +165,7 @@ class Runtime:
         items = [self.dev_items[k] for k in idx]
         for attempt in range(attempts):
             try:
-                return await self.workers[w].run_eval.remote(items, self.t.eval_seed, self.t.eval_temperature, idx)
+                return await self.workers[w].run_eval.remote(items, self.train_cfg.eval_seed, self.train_cfg.eval_temperature, idx)
             except _lost_errors():
                 if attempt == attempts - 1:
                     raise
@@ -174,16 +174,16 @@ class Runtime:
 
     # -- checkpoints -------------------------------------------------------------------------
     async def save(self) -> Path:
-        s = self.state
-        tmp = checkpoint.begin(self.run.checkpoints, s.step)
+        loop = self.state
+        tmp = checkpoint.begin(self.run.checkpoints, loop.step)
         await self.learners.save(str(tmp))
         (tmp / "rng.pkl").write_bytes(pickle.dumps(random.getstate()))
         # one synchronous block: cursor, in-flight keys, counters and buffer form one consistent cut
-        state = {"loop": s.__dict__, "stream": self.stream.state_dict(self.controller.in_flight_keys()),
+        state = {"loop": loop.__dict__, "stream": self.stream.state_dict(self.controller.in_flight_keys()),
                  "staleness": self.staleness.state_dict(), "controller": dict(self.controller.stats),
                  "attempts": dict(self.controller.attempts)}
-        return checkpoint.commit(tmp, s.step, json.loads(json.dumps(state)), self.buffer.snapshot(),
-                                 self.t.keep_checkpoints)
+        return checkpoint.commit(tmp, loop.step, json.loads(json.dumps(state)), self.buffer.snapshot(),
+                                 self.train_cfg.keep_checkpoints)
 
     async def restore(self) -> bool:
         """Continue from the newest checkpoint of the run folder; False when there is none."""
@@ -211,5 +211,5 @@ class Runtime:
         import ray
 
         self.metrics.close()
-        if ray.is_initialized() and not self.t.ray_address:
+        if ray.is_initialized() and not self.train_cfg.ray_address:
             ray.shutdown()

@@ -41,44 +41,44 @@ def train(cfg: Any, run: RunDir, resume: bool = False) -> dict[str, Any]:
 
 
 async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
-    t, ctrl = rt.t, rt.controller
+    settings, ctrl = rt.train_cfg, rt.controller
     resumed = resume and await rt.restore()
-    s = rt.state
+    state = rt.state
     ctrl.start()
     if not resumed:
-        s.eval_before = await rt.evaluate()
-        rt.metrics.log(0, s.eval_before)
-    with progress("training", total=t.steps) as bar:
-        bar.advance(s.step)
-        while s.step < t.steps and not _out_of_time(t, s.elapsed_s + time.time() - t_start):
+        state.eval_before = await rt.evaluate()
+        rt.metrics.log(0, state.eval_before)
+    with progress("training", total=settings.steps) as bar:
+        bar.advance(state.step)
+        while state.step < settings.steps and not _out_of_time(settings, state.elapsed_s + time.time() - t_start):
             t0 = time.perf_counter()
-            groups = await ctrl.next_batch(t.batch_size, s.version, s.step)
+            groups = await ctrl.next_batch(settings.batch_size, state.version, state.step)
             t_wait = time.perf_counter() - t0
-            samples, kept = build_samples(groups, t.advantage, t.filter_groups)
-            stats = await rt.learners.train_step(samples, s.version)
-            s.version += 1
-            sync_s = await rt.sync.push(s.version, ctrl)
-            s.step += 1
-            roll, staleness = rollout_metrics(groups, s.version - 1)
+            samples, kept = build_samples(groups, settings.advantage, settings.filter_groups)
+            stats = await rt.learners.train_step(samples, state.version)
+            state.version += 1
+            sync_s = await rt.sync.push(state.version, ctrl)
+            state.step += 1
+            roll, staleness = rollout_metrics(groups, state.version - 1)
             metrics = {**roll, **stats, "train/kept_groups": kept, "time/sync_s": sync_s, "time/wait_s": t_wait,
                        "time/step_s": time.perf_counter() - t0, **_rollout_figures(rt), **await rt.worker_stats()}
-            if t.eval_every and s.step % t.eval_every == 0 and s.step < t.steps:
+            if settings.eval_every and state.step % settings.eval_every == 0 and state.step < settings.steps:
                 metrics.update(await rt.evaluate())
-            rt.metrics.log(s.step, metrics, {"rollout/staleness": staleness})
-            _save_trajectories(rt, groups, s.step)
-            if t.save_every and s.step % t.save_every == 0 and s.step < t.steps:
-                s.elapsed_s += time.time() - t_start
+            rt.metrics.log(state.step, metrics, {"rollout/staleness": staleness})
+            _save_trajectories(rt, groups, state.step)
+            if settings.save_every and state.step % settings.save_every == 0 and state.step < settings.steps:
+                state.elapsed_s += time.time() - t_start
                 t_start = time.time()
                 await rt.save()
             bar.advance(1)
-            bar.update(description=f"step {s.step} reward {roll['train/reward']:.2f} kept {kept}/{len(groups)}")
+            bar.update(description=f"step {state.step} reward {roll['train/reward']:.2f} kept {kept}/{len(groups)}")
     await ctrl.stop()
     after = await rt.evaluate()
-    s.elapsed_s += time.time() - t_start
-    rt.metrics.log(s.step, after)
+    state.elapsed_s += time.time() - t_start
+    rt.metrics.log(state.step, after)
     await rt.save()
-    summary = {"steps": s.step, "minutes": s.elapsed_s / 60, "dev_reward_before": s.eval_before.get("eval/reward"),
-               "dev_reward_after": after.get("eval/reward"), "dev_accuracy_before": s.eval_before.get("eval/accuracy"),
+    summary = {"steps": state.step, "minutes": state.elapsed_s / 60, "dev_reward_before": state.eval_before.get("eval/reward"),
+               "dev_reward_after": after.get("eval/reward"), "dev_accuracy_before": state.eval_before.get("eval/accuracy"),
                "dev_accuracy_after": after.get("eval/accuracy"), "rollouts": dict(ctrl.stats),
                "staleness": rt.staleness.state_dict()}
     rt.run.write_json(rt.run.results, summary)
@@ -103,7 +103,7 @@ def _rollout_figures(rt: Runtime) -> dict[str, float]:
 
 
 def _save_trajectories(rt: Runtime, groups: list, step: int) -> None:
-    if not rt.t.save_trajectories:
+    if not rt.train_cfg.save_trajectories:
         return
     with (rt.run.trajectories / "train.jsonl").open("a") as f:
         for g in groups:

@@ -1,4 +1,8 @@
-"""`hexsearch tools search|access`: call the agent's tools by hand."""
+"""`hexsearch tools search|access|list|call`: call the agent's tools by hand.
+
+`list` and `call` work on the tools a config gives the agent (built-ins, components, MCP servers' tools),
+opened and closed the way a rollout worker does (`tools.factory.open_toolset`).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,9 @@ from urllib.parse import urlsplit
 
 import typer
 
-from hexsearch.commands.common import UserError
+from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli
 
-tools_app = typer.Typer(help="Call search and page-access tools from the shell.", no_args_is_help=True)
+tools_app = typer.Typer(help="List and call the agent's tools (search, page access, MCP tools) from the shell.", no_args_is_help=True)
 
 NO_CACHE = typer.Option(False, "--no-cache", help="Do not read or write the tool result cache.")
 AS_JSON = typer.Option(False, "--json", help="Print the structured result as JSON.")
@@ -100,6 +104,87 @@ def access(
     except ToolConfigError as e:
         raise UserError(str(e)) from e
     _call({"access": tool}, "access", {"url": url, "page": page}, as_json)
+
+
+async def _open_configured(cfg):
+    """The toolset of a loaded HexConfig (built-ins, components, MCP servers' tools); one-line errors."""
+    from tools.factory import ToolConfigError, open_toolset
+    from tools.index import IndexFolderError
+    from tools.mcp import MCPError
+
+    world_dir = None
+    t = cfg.tools
+    if "search" in t.builtin and t.search_backend == "local" and not t.index_dir:
+        from datagen.world import resolve_world
+
+        world_dir = resolve_world(cfg.world)  # the default index lives with the world (built on first use)
+    try:
+        return await open_toolset(t, world_dir=world_dir)
+    except (ToolConfigError, IndexFolderError, MCPError) as e:
+        raise UserError(str(e)) from None
+
+
+@tools_app.command("list", help="List every configured tool (built-ins, components, MCP servers' tools) and its schema.")
+def list_tools(
+    config: str | None = CONFIG_ARG,
+    overrides: list[str] | None = OVERRIDES_ARG,
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of the tools' function schemas."),
+) -> None:
+    cfg = config_from_cli(config, overrides)
+
+    async def go():
+        toolset = await _open_configured(cfg)
+        try:
+            return [(name, toolset.sources.get(name, ""), tool.schema) for name, tool in toolset.items()]
+        finally:
+            await toolset.aclose()
+
+    rows = asyncio.run(go())
+    if as_json:
+        typer.echo(json.dumps([schema for _, _, schema in rows], indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        typer.echo("no tools configured (tools.builtin, tools.components, tools.mcp_servers)")
+    for name, source, schema in rows:
+        fn = schema.get("function", {})
+        typer.echo(f"{name}  [{source}]")
+        typer.echo(f"  {' '.join(str(fn.get('description', '')).split())}")
+        typer.echo(f"  parameters: {json.dumps(fn.get('parameters', {}), ensure_ascii=False)}")
+
+
+@tools_app.command("call", help="Call one configured tool with JSON arguments and print its observation.")
+def call_tool(
+    name: str = typer.Argument(..., help="Tool name (see `hexsearch tools list`)."),
+    args_json: str = typer.Argument(..., metavar="JSON_ARGS", help="""Arguments as a JSON object, e.g. '{"query": "x"}'."""),
+    config: str | None = CONFIG_ARG,
+    overrides: list[str] | None = OVERRIDES_ARG,
+    as_json: bool = typer.Option(False, "--json", help="Print the structured result as JSON."),
+) -> None:
+    from core.progress import console
+
+    try:
+        args = json.loads(args_json)
+    except json.JSONDecodeError as e:
+        raise UserError(f"JSON_ARGS is not valid JSON: {e}") from None
+    if not isinstance(args, dict):
+        raise UserError(f"JSON_ARGS must be a JSON object, got {type(args).__name__}")
+    cfg = config_from_cli(config, overrides)
+
+    async def go():
+        toolset = await _open_configured(cfg)
+        try:
+            if name not in toolset:
+                valid = ", ".join(sorted(toolset)) or "none"
+                raise UserError(f"unknown tool '{name}' (configured tools: {valid})")
+            return await toolset[name](args)
+        finally:
+            await toolset.aclose()
+
+    obs = asyncio.run(go())
+    if obs.error:
+        raise UserError(f"{name} failed: {obs.error}", exit_code=1)
+    typer.echo(json.dumps(obs.data, indent=2, ensure_ascii=False, default=str) if as_json else obs.text)
+    console().print(f"[dim]{name}: {obs.latency_s:.2f}s, cost ${obs.cost:.4f}{', cached' if obs.cached else ''}[/dim]")
 
 
 def register(app: typer.Typer) -> None:
