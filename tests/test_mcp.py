@@ -296,3 +296,13 @@ async def test_episode_survives_the_server_dying_mid_episode(tokenizer):
     assert "connection lost" in traj.tool_calls[0].error and traj.tool_calls[1].error is None
     decoded = "".join(tokenizer.decode(seg.token_ids) for seg in traj.segments)
     assert "connection lost" in decoded and "echo: again" in decoded
+
+
+def test_mcp_tool_names_become_valid_agent_tool_names():
+    from tools.mcp import agent_tool_name
+    from tools.protocol import check_tool_name
+
+    for raw, want in (("files.read", "files_read"), ("git/log", "git_log"), ("2fa", "_2fa"), ("ok-name", "ok-name")):
+        assert agent_tool_name(raw) == want
+        check_tool_name(want)
+    assert len(agent_tool_name("x" * 100)) == 64

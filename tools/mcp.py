@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -380,6 +381,13 @@ class MCPConnection:
         return await self._request(lambda s: s.call_tool(name, args), timeout_s=self.call_timeout_s)
 
 
+def agent_tool_name(name: str) -> str:
+    """An MCP tool name as an agent tool name: characters other than letters, digits, '_' and '-' (MCP allows
+    '.' and '/') become '_', and it starts with a letter or '_' (the model calls the tool by this name)."""
+    clean = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64]
+    return clean if re.match(r"[A-Za-z_]", clean) else ("_" + clean)[:64]
+
+
 class MCPTool(BaseTool):
     """One MCP server tool as an agent tool, with every BaseTool guarantee; never cached (side effects)."""
 
@@ -387,7 +395,7 @@ class MCPTool(BaseTool):
         super().__init__(**kwargs)
         self.connection = connection
         self.mcp_name = tool.name
-        self.name = prefix + tool.name
+        self.name = agent_tool_name(prefix + tool.name)
         self.description = tool.description or tool.title or f"{tool.name} (MCP server {connection.name})"
         self.parameters = dict(tool.input_schema or {}) or {"type": "object", "properties": {}}
         self.source = f"mcp:{connection.name}"
