@@ -54,8 +54,8 @@ train:
 
 
 def run_once(root: Path, name: str, staleness: int, args) -> dict:
-    from hexsearch.config import load_config
     from core.rundir import RunDir
+    from hexsearch.config import load_config
     from trainer.metrics import read_metrics
     from trainer.train import train
 

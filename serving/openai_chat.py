@@ -31,16 +31,15 @@ the URL, the status and the server's own error message. A 400 that asks for `max
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import os
 import random
-import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from core.log import get_logger, redact
+from core.retry import parse_retry_after
 
 log = get_logger(__name__)
 
@@ -111,18 +110,7 @@ def _retry_after(response: httpx.Response) -> float | None:
             return max(0.0, float(ms) / 1000.0)
         except ValueError:
             pass
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    return parse_retry_after(response.headers.get("retry-after"))
 
 
 def _content(data: Any) -> str:

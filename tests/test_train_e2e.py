@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hexsearch.config import load_config
 from core.rundir import RunDir
+from hexsearch.config import load_config
 from trainer import checkpoint
 
 TINY = """

@@ -61,8 +61,10 @@ def vllm_server(checkpoints, tmp_path_factory):
     from serving.launch import start_vllm_server
 
     run = RunDir.create(tmp_path_factory.mktemp("runs"), "vllm-test")
+    # fp32 on every CPU: the log-prob checks compare against an fp32 forward pass (on CPUs with AVX512_BF16
+    # vLLM would default to bf16, whose rounding alone is larger than the tolerance)
     server = start_vllm_server(str(checkpoints["base"]), run=run, kv_cache_gb=1, max_model_len=2048,
-                               enforce_eager=True, timeout_s=600)
+                               enforce_eager=True, timeout_s=600, dtype="float32")
     yield server, run
     server.stop()
 

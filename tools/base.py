@@ -19,7 +19,6 @@ agent episode is never lost to a flaky website. Only cancellation propagates.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import math
 import random
 import time
@@ -32,6 +31,7 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from core.log import get_logger, redact
+from core.retry import parse_retry_after  # noqa: F401 - re-exported for tool authors
 from tools.cache import ToolCache
 from tools.protocol import Observation
 from tools.urlguard import HostNotFound, UrlRefused
@@ -58,22 +58,6 @@ class ToolResult:
     data: Any
     cost: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def check_status(resp: httpx.Response, what: str = "HTTP") -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from hexsearch.config import ConfigError, HexConfig, load_config, to_yaml
 from core.rundir import RunDir
+from hexsearch.config import ConfigError, HexConfig, load_config, to_yaml
 
 
 class UserError(Exception):

@@ -15,8 +15,8 @@ world_app = typer.Typer(help="Generate the offline world (corpus, pages, multi-h
 
 def run_generate(out: Path, **kw) -> tuple[dict, float]:
     """Generate a world with a progress bar (silenced by --quiet); returns (summary, seconds)."""
-    from datagen.world import generate_world, work_units
     from core.progress import progress
+    from datagen.world import generate_world, work_units
 
     start = time.perf_counter()
     total = work_units(kw.get("entities", 400), kw.get("questions_per_entity", 3.0))
