@@ -83,6 +83,12 @@ class AgentConfig:
     """Most tool calls per episode; the episode stops when the model asks for more."""
     max_calls_per_turn: int = 4
     """Most tool calls in one turn (they run concurrently); more is a format error."""
+    max_cost_usd: float = 0.0
+    """Most dollars of tool calls (paid search APIs) per episode; the episode stops (`max_cost`) once spent
+    (0: no limit)."""
+    max_generated_tokens: int = 0
+    """Most tokens the model generates over the whole episode; it stops (`max_tokens`) once reached (0: no
+    limit)."""
     max_format_errors: int = 8
     """The episode stops (`format_errors`) after this many malformed turns (0: no limit)."""
     wall_clock_s: float = 1800.0

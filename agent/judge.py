@@ -7,14 +7,14 @@ too; a verdict line naming both is ambiguous). Anything else is recorded as unpa
 reward, never guessed. Verdicts are cached in SQLite, keyed by a hash of (prompt version, judge
 model, question, sorted gold answers, prediction), so a re-run of an evaluation costs no judge calls.
 
-Two transports carry the same two messages (system + user) and return text:
+Two transports carry the same messages (system + user for the built-in prompt) and return text:
 
 - an **InferenceEngine** (embedded, our server, vLLM, SGLang, a Ray EngineProxy, ScriptedEngine): the
   chat template is applied with the engine's tokenizer and token ids go through `generate_continuing`,
   so a judge sharing an engine with training survives weight-update aborts;
 - an **OpenAIChatClient** (serving.openai_chat): messages in, text out, any hosted API or server.
 
-`build_judge(JudgeConfig, engine=None)` picks one: an engine handed in (training starts one judge actor
+`build_judge(JudgeConfig, engine=None, prompt=None)` picks one: an engine handed in (training starts one judge actor
 and every rollout worker wraps it) wins; else backend `openai` builds a client of `urls[0]`; else the
 engine backends build an engine with serving.factory (`embedded` loads the model in this process).
 
@@ -23,6 +23,11 @@ but a transport failure or a call slower than `timeout_s` raises, so the episode
 infrastructure work rather than a wrong answer. Identical judgements running at the same time (a GRPO group
 often repeats an answer) share one LLM call. `stats()` gives counters for metrics (`judge/calls`,
 `judge/cache_hits`, `judge/unparsed`, ...); `describe()` gives what a run records as judge.json.
+
+The prompt is pluggable: any object with `name`, `version`, `render(question, golds, prediction) -> messages`
+and `parse(text) -> bool | None` (the `JudgePromptLike` protocol; eval/judges.py holds the benchmarks'
+published judge prompts) replaces the built-in one above. Its `version` enters the cache key, so verdicts
+of different prompts never mix; `describe()` records its name, version and text.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Protocol, get_args
 
 from agent.config import JudgeBackend
 from core.choices import check_choices
@@ -57,6 +62,25 @@ Does the predicted answer mean the same as one of the gold answers? Differences 
 capitalisation, articles, abbreviations and number formatting do not matter; a different entity, \
 date or number, a hedge between several candidates, or a missing answer is incorrect.
 Explain briefly, then finish with exactly one line: VERDICT: CORRECT or VERDICT: INCORRECT"""
+
+
+class JudgePromptLike(Protocol):
+    """What LLMJudge needs of a judge prompt (eval.judges.JudgePrompt implements it; agent/ never imports eval/).
+
+    `version` must change whenever the rendered text or the parsing changes: it is part of the cache key.
+    Optional attributes `system` and `template` are recorded by `describe()`."""
+
+    name: str
+    version: str
+
+    def render(self, question: str, golds: list[str], prediction: str) -> list[dict[str, str]]:
+        """The chat messages of one judgement."""
+        ...
+
+    def parse(self, text: str) -> bool | None:
+        """The verdict in the judge's output: True/False, or None when it cannot be read (never guessed)."""
+        ...
+
 
 _VERDICT_LINE = re.compile(r"verdict\W*(correct|incorrect)\b", re.IGNORECASE)
 _JSON_OBJ = re.compile(r"\{[^{}]*\}")
@@ -165,10 +189,12 @@ class LLMJudge:
     def __init__(self, engine: Any, model_name: str, *, cache: VerdictCache | str | Path | None = None,
                  max_new_tokens: int = 256, temperature: float = 0.0, retries: int = 2, max_prediction_chars: int = 500,
                  timeout_s: float | None = None, backend: str | None = None, urls: list[str] | None = None,
-                 owns_transport: bool = False):
+                 owns_transport: bool = False, prompt: JudgePromptLike | None = None):
         """`engine`: an InferenceEngine or an OpenAIChatClient. `model_name` enters the cache key. `timeout_s`
         bounds each LLM call (None: unbounded). `backend`/`urls` are only recorded by `describe()` (inferred
-        when omitted). `owns_transport`: `aclose()` also closes the engine or client."""
+        when omitted). `owns_transport`: `aclose()` also closes the engine or client. `prompt`: a
+        JudgePromptLike replacing the built-in prompt (which truncates the prediction to
+        `max_prediction_chars`; a custom prompt applies its own rule)."""
         self.engine = engine
         self.chat_client = _is_chat_client(engine)
         self.model_name = model_name
@@ -183,7 +209,9 @@ class LLMJudge:
                                    or type(engine).__name__)
         self.urls = list(urls) if urls is not None else _transport_urls(engine)
         self.owns_transport = owns_transport
-        self.prompt_version = JUDGE_PROMPT_VERSION
+        self.prompt = prompt
+        self.prompt_name = str(getattr(prompt, "name", "default")) if prompt is not None else "default"
+        self.prompt_version = str(prompt.version) if prompt is not None else JUDGE_PROMPT_VERSION
         self.counters = {"judgements": 0, "calls": 0, "cache_hits": 0, "shared": 0, "unparsed": 0, "errors": 0}
         self._inflight: dict[str, asyncio.Future] = {}
         self._seconds = 0.0
@@ -194,17 +222,19 @@ class LLMJudge:
         return self.counters["calls"]
 
     @classmethod
-    def from_config(cls, engine: Any, model_name: str, config: Any) -> LLMJudge:
+    def from_config(cls, engine: Any, model_name: str, config: Any, prompt: JudgePromptLike | None = None) -> LLMJudge:
         """A judge over `engine` set up by `config`: a JudgeConfig or an AgentConfig (its `judge` section)."""
         cfg = getattr(config, "judge", config)
         return cls(engine, model_name, cache=_cache_path(getattr(cfg, "cache", "")),
                    max_new_tokens=getattr(cfg, "max_new_tokens", 256), temperature=getattr(cfg, "temperature", 0.0),
-                   retries=getattr(cfg, "retries", 2), timeout_s=getattr(cfg, "timeout_s", None))
+                   retries=getattr(cfg, "retries", 2), timeout_s=getattr(cfg, "timeout_s", None), prompt=prompt)
 
     # ---- prompts ---------------------------------------------------------------------------------
 
     def messages(self, question: str, golds: list[str], prediction: str) -> list[dict[str, str]]:
-        """The system and user messages of one judgement."""
+        """The messages of one judgement (the built-in prompt: system + user; a custom prompt: its own)."""
+        if self.prompt is not None:
+            return self.prompt.render(question, list(golds), prediction)
         user = JUDGE_PROMPT.format(question=question, gold=" | ".join(golds) or "(none)",
                                    prediction=prediction[: self.max_prediction_chars] or "(no answer)")
         return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
@@ -215,8 +245,8 @@ class LLMJudge:
         messages = self.messages(question, golds, prediction)
         if getattr(tok, "chat_template", None):
             text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        else:
-            text = f"{messages[0]['content']}\n\n{messages[1]['content']}\n"
+        else:  # no template: the messages' texts in order (system, then user, for the built-in prompt)
+            text = "\n\n".join(m["content"] for m in messages) + "\n"
         return tok.encode(text, add_special_tokens=False)
 
     # ---- judging ---------------------------------------------------------------------------------
@@ -248,7 +278,7 @@ class LLMJudge:
         raw, verdict, attempt = "", None, 0
         for attempt in range(1, self.retries + 2):
             raw = await self._complete(question, golds, prediction, attempt)
-            verdict = parse_verdict(raw)
+            verdict = self.prompt.parse(raw) if self.prompt is not None else parse_verdict(raw)
             if verdict is not None:
                 break
         if verdict is None:
@@ -321,7 +351,7 @@ class LLMJudge:
             temperature=self.temperature, retries=self.retries, timeout_s=self.timeout_s,
             cache=str(self.cache.path) if self.cache is not None else None,
             api_key_env=getattr(self.engine, "api_key_env", None) if self.chat_client else None,
-            max_prediction_chars=self.max_prediction_chars, prompt_version=self.prompt_version)
+            max_prediction_chars=self.max_prediction_chars, prompt=self.prompt)
 
     async def aclose(self) -> None:
         """Close the cache this judge opened and, when it owns it, the engine or client."""
@@ -349,10 +379,16 @@ def _cache_path(cache: str) -> Path | None:
 
 def _description(*, backend: str, model: str, urls: list[str], max_new_tokens: int, temperature: float,
                  retries: int, timeout_s: float | None, cache: str | None, api_key_env: str | None = None,
-                 max_prediction_chars: int = 500, prompt_version: str = JUDGE_PROMPT_VERSION) -> dict[str, Any]:
+                 max_prediction_chars: int = 500, prompt: JudgePromptLike | None = None) -> dict[str, Any]:
+    if prompt is None:
+        name, version, system, template = "default", JUDGE_PROMPT_VERSION, JUDGE_SYSTEM, JUDGE_PROMPT
+    else:  # a custom prompt applies its own truncation rule: record it, not the built-in one's
+        name, version = str(getattr(prompt, "name", type(prompt).__name__)), str(prompt.version)
+        system, template = getattr(prompt, "system", None), getattr(prompt, "template", None)
+        max_prediction_chars = getattr(prompt, "max_prediction_chars", None)
     info: dict[str, Any] = {
-        "backend": backend, "model": model, "urls": [redact(u) for u in urls], "prompt_version": prompt_version,
-        "system": JUDGE_SYSTEM, "prompt_template": JUDGE_PROMPT, "max_new_tokens": max_new_tokens,
+        "backend": backend, "model": model, "urls": [redact(u) for u in urls], "prompt_name": name,
+        "prompt_version": version, "system": system, "prompt_template": template, "max_new_tokens": max_new_tokens,
         "temperature": temperature, "retry_temperature": max(temperature, 0.7), "retries": retries,
         "max_prediction_chars": max_prediction_chars, "timeout_s": timeout_s, "cache": cache}
     if api_key_env is not None:
@@ -360,9 +396,9 @@ def _description(*, backend: str, model: str, urls: list[str], max_new_tokens: i
     return info
 
 
-def describe_judge(cfg: Any) -> dict[str, Any]:
-    """`LLMJudge.describe()` of the judge `build_judge(cfg)` would build, without building it (no model is
-    loaded, no connection made, no key read): what the training driver writes as `<run>/judge.json`."""
+def describe_judge(cfg: Any, prompt: JudgePromptLike | None = None) -> dict[str, Any]:
+    """`LLMJudge.describe()` of the judge `build_judge(cfg, prompt=prompt)` would build, without building it (no
+    model is loaded, no connection made, no key read): what the training driver writes as `<run>/judge.json`."""
     from serving.openai_chat import api_base, public_url
 
     urls = [public_url(api_base(cfg.urls[0]))] if cfg.backend == "openai" and cfg.urls else \
@@ -371,16 +407,17 @@ def describe_judge(cfg: Any) -> dict[str, Any]:
     return _description(backend=cfg.backend, model=cfg.model, urls=urls, max_new_tokens=cfg.max_new_tokens,
                         temperature=cfg.temperature, retries=cfg.retries, timeout_s=cfg.timeout_s,
                         cache=str(path) if path is not None else None,
-                        api_key_env=(cfg.api_key_env or "") if cfg.backend == "openai" else None)
+                        api_key_env=(cfg.api_key_env or "") if cfg.backend == "openai" else None, prompt=prompt)
 
 
-def build_judge(cfg: Any, engine: InferenceEngine | None = None) -> LLMJudge:
-    """The judge a JudgeConfig describes (see module docstring); `engine` overrides the configured transport.
+def build_judge(cfg: Any, engine: InferenceEngine | None = None, prompt: JudgePromptLike | None = None) -> LLMJudge:
+    """The judge a JudgeConfig describes (see module docstring); `engine` overrides the configured transport,
+    `prompt` (a JudgePromptLike, e.g. one of eval.judges.JUDGE_PROMPTS) the built-in prompt.
 
     An engine handed in is shared (not closed by `aclose`); a client or engine built here is owned.
     Raises ValueError for an unknown backend or an `openai` backend without `urls`."""
     common = dict(cache=_cache_path(cfg.cache), max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                  retries=cfg.retries, timeout_s=cfg.timeout_s)
+                  retries=cfg.retries, timeout_s=cfg.timeout_s, prompt=prompt)
     if engine is not None:
         return LLMJudge(engine, cfg.model, **common, backend=cfg.backend, owns_transport=False)
     check_choices(cfg, "agent.judge")

@@ -12,7 +12,7 @@ weights and each token keeps the version that produced it. All calls of an episo
 request id (sticky routing, KV reuse).
 
 Budgets are independent and each stop is recorded in `Trajectory.stop_reason`: `answered`,
-`max_turns`, `max_tool_calls`, `max_context`, `wall_clock`, `format_errors`, `engine_error`,
+`max_turns`, `max_tool_calls`, `max_context`, `wall_clock`, `max_cost`, `max_tokens`, `format_errors`, `engine_error`,
 `engine_abort` (a call that never finished), `agent_error` (a bug in the harness, with the error in
 `meta`). Engine and tool failures never raise out of `run_episode`; tool failures become error
 observations the model sees.
@@ -143,6 +143,8 @@ class _Episode:
         self.turn_log: list[dict[str, Any]] = []
         self.t0 = time.perf_counter()
         self.llm_s = self.tool_s = 0.0
+        self.cost = 0.0  # dollars spent on tool calls
+        self.generated_tokens = 0
 
     # --- helpers ----------------------------------------------------------------------------------
     def emit(self, event: str, **data: Any) -> None:
@@ -167,6 +169,10 @@ class _Episode:
             self.stop("max_turns")
         elif self.elapsed() >= self.cfg.wall_clock_s:
             self.stop("wall_clock")
+        elif self.cfg.max_cost_usd > 0 and self.cost >= self.cfg.max_cost_usd:
+            self.stop("max_cost", cost_usd=round(self.cost, 6))
+        elif self.cfg.max_generated_tokens > 0 and self.generated_tokens >= self.cfg.max_generated_tokens:
+            self.stop("max_tokens", generated_tokens=self.generated_tokens)
         return self.stop_reason is None
 
     def append(self, text: str, kind: str, **kw: Any) -> Block:
@@ -263,6 +269,7 @@ class _Episode:
         finally:
             self.llm_s += time.perf_counter() - t
         prompt_tokens = len(ctx)
+        self.generated_tokens += len(comp.output_ids)
         ctx.add(Block(list(comp.output_ids), self.turn, "gen", list(comp.logprobs), list(comp.versions)))
         self.turn_log.append({"turn": self.turn, "kind": kind, "prompt_tokens": prompt_tokens,
                               "new_tokens": len(comp.output_ids), "finish": comp.finish_reason,
@@ -317,6 +324,7 @@ class _Episode:
         remaining = max(self.cfg.wall_clock_s - self.elapsed(), 1e-3)
         results = await asyncio.gather(*(call_tool(self.agent.tools.get(call.name), call, remaining) for call in run))
         self.tool_s += time.perf_counter() - t
+        self.cost += sum(float(obs.cost or 0.0) for obs in results)
         for call, obs in zip(run, results, strict=True):
             rec, deliveries = deliveries_for(call, obs, self.turn - 1, self.cfg)
             self.traj.tool_calls.append(rec)
@@ -371,7 +379,8 @@ class _Episode:
             trim_tail(traj.segments[-1])
         traj.meta = {"request_id": self.request_id, "seed": self.seed, "forced_valid": self.forced_valid,
                      "action_format": self.cfg.action_format, "context_policy": self.cfg.context_policy,
-                     "dropped_turns": self.ctx.dropped_turns, "turns": self.turn_log, **self.extra}
+                     "dropped_turns": self.ctx.dropped_turns, "turns": self.turn_log,
+                     "generated_tokens": self.generated_tokens, "cost_usd": self.cost, **self.extra}
         try:
             traj.reward, traj.reward_info = await score_episode(traj, self.golds, self.aug, self.cfg, self.forced_valid,
                                                                 self.agent.judge, self.agent.reward_fn)

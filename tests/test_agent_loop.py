@@ -289,3 +289,27 @@ def test_bad_config_is_rejected_with_valid_values(tokenizer):
                         (dict(prefill="all"), "tags"), (dict(reward_fn="judge"), "needs a judge")]:
         with pytest.raises(ValueError, match=needle):
             asyncio.run(run_episode(ITEM, engine, tools(), AgentConfig(**bad)))
+
+
+class _PaidSearch:
+    """A search that costs $0.5 a call (a paid API)."""
+
+    name = "search"
+    schema = {"type": "function", "function": {"name": "search", "description": "Paid search.", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+
+    async def __call__(self, args):
+        from tools.protocol import Observation
+
+        return Observation(text=f"result for {args['query']}", cost=0.5)
+
+
+async def test_cost_and_generated_token_budgets(tokenizer):
+    script = ["<search>a</search>", "<search>b</search>", "<search>c</search>", "<answer>x</answer>"]
+    cfg = AgentConfig(read_search_results=False, max_cost_usd=0.9)
+    traj = await run_episode(ITEM, ScriptedEngine(list(script), tokenizer=tokenizer), {"search": _PaidSearch()}, cfg)
+    assert traj.stop_reason == "max_cost" and len(traj.tool_calls) == 2 and traj.meta["cost_usd"] == 1.0
+    cfg = AgentConfig(read_search_results=False, max_generated_tokens=10)
+    traj = await run_episode(ITEM, ScriptedEngine(list(script), tokenizer=tokenizer), {"search": _PaidSearch()}, cfg)
+    assert traj.stop_reason == "max_tokens" and traj.meta["generated_tokens"] >= 10
+    assert sum(s.num_generated for s in traj.segments) == traj.meta["generated_tokens"]

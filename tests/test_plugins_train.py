@@ -86,11 +86,13 @@ def test_custom_reward_and_tool_by_import_path_train(tmp_path):
           lenient_tags: true
           format_gate: false
         """))
-    out = _train(tmp_path, config)
+    out = _train(tmp_path, config, "train.eval_suite=world-dev")
     assert out.returncode == 0, out.stderr[-4000:]
     run = tmp_path / "r"
     trajs = _rows(run / "trajectories" / "train.jsonl")
     assert len(trajs) == 4
+    dev = [r for r in _rows(run / "metrics.jsonl") if "eval/reward" in r]
+    assert len(dev) == 2 and all({"eval/em", "eval/f1", "eval/cover_em"} <= set(r) for r in dev)  # the suite's scorers
     for traj in trajs:  # every reward came from the user's function, inside the Ray worker
         calls = sum(c["name"] == "calculator" for c in traj["tool_calls"])
         assert traj["reward_info"]["calculator_calls"] == calls

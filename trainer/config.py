@@ -39,6 +39,10 @@ class TrainConfig:
     """Training questions (QA JSONL). Empty: the train split of the configured world."""
     dev_data: str = ""
     """Dev questions for periodic evaluation. Empty: the world's dev split."""
+    eval_suite: str = ""
+    """Score the periodic dev evaluation as an `hexsearch eval` suite (`world-dev`, `localqa`, `gaia`, `frames`, ...):
+    its loader reads `dev_data` and its rule-based scorers are logged as `eval/<scorer>` (eval/runner.py).
+    Empty: the dev QA file (or the world's dev split), scored by the reward."""
     steps: int = 50
     """Optimizer steps (weight versions) to train."""
     time_budget_min: float = 0.0

@@ -49,6 +49,12 @@ def load_questions(cfg: Any) -> tuple[list[Any], list[Any], Path | None]:
 
         world = resolve_world(cfg.world)
     train = load_qa(cfg.train.data or world / QA_FILES["train"])
+    if cfg.train.eval_suite:  # the evaluation harness's loader: any suite format as the dev set
+        from eval.loaders import load_suite
+
+        data = load_suite(cfg.train.eval_suite, cfg.train.dev_data or None, limit=cfg.train.eval_questions,
+                          world_config=cfg.world)
+        return train, data.items, world
     dev = load_qa(cfg.train.dev_data or world / QA_FILES["dev"])
     return train, dev[: cfg.train.eval_questions], world
 
@@ -151,11 +157,22 @@ class Runtime:
         shares = [list(range(i, len(self.dev_items), n)) for i in range(n)]
         results = await asyncio.gather(*(self._eval_share(w, idx) for w, idx in enumerate(shares) if idx))
         trajs = [tr for part in results for tr in part]
-        return {"eval/reward": sum(tr.reward for tr in trajs) / len(trajs),
+        return {**self._suite_scores(trajs), "eval/reward": sum(tr.reward for tr in trajs) / len(trajs),
                 "eval/accuracy": sum(accuracy(tr) for tr in trajs) / len(trajs),
                 "eval/answered": sum(tr.prediction is not None for tr in trajs) / len(trajs),
                 "eval/tool_calls": sum(len(tr.tool_calls) for tr in trajs) / len(trajs),
                 "eval/questions": float(len(trajs)), "time/eval_s": time.perf_counter() - t0}
+
+    def _suite_scores(self, trajs: list[Any]) -> dict[str, float]:
+        """`eval/<scorer>` means under `train.eval_suite`'s rule-based scorers (the same code `hexsearch eval` runs)."""
+        if not self.train_cfg.eval_suite:
+            return {}
+        from eval.runner import DEFAULT_SCORERS
+        from eval.scorers import score_all
+
+        names = DEFAULT_SCORERS.get(self.train_cfg.eval_suite.split("-")[0], ["em", "f1"])
+        scores = [score_all(tr.prediction, tr.gold, names) for tr in trajs]
+        return {f"eval/{name}": sum(s[name] for s in scores) / len(scores) for name in names}
 
     async def _eval_share(self, w: int, idx: list[int], attempts: int = 5) -> list[Any]:
         """One worker's dev questions; re-run on the restarted worker if it dies meanwhile.

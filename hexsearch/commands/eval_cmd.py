@@ -1,13 +1,254 @@
-"""`hexsearch eval`: Evaluate an agent on benchmark suites."""
+"""`hexsearch eval`: evaluate an agent on a suite, rescore predictions, compare runs.
+
+    hexsearch eval --suite world                                    # the offline world's test split
+    hexsearch eval configs/eval_gaia.yaml --data gaia.json --n 4 --k 1,4 --limit 20 engine.backend=vllm ...
+    hexsearch eval --resume runs/eval-20261204-101500                # finish a killed run, no sample twice
+    hexsearch eval score --suite gaia --predictions preds.jsonl --out scored.jsonl
+    hexsearch eval compare runs/eval-a runs/eval-b
+
+A run plays every question n times through the workflow training uses (`train.workflow`), scores
+each sample (eval/runner.py), and writes `results.jsonl`, `report.json`, `report.md` and
+`accuracy.png` into its run folder (eval/report.py). It ends with one line
+`RESULT eval suite=<s> questions=<q> avg@n=<x> pass@k=<y> ...`.
+"""
 
 from __future__ import annotations
 
-import typer
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
 
-from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, not_available
+import typer
+from typer.core import TyperGroup
+
+from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli, open_run
+
+
+class _EvalGroup(TyperGroup):
+    """`hexsearch eval [CONFIG] [options]` runs an evaluation; `score` and `compare` are subcommands."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+eval_app = typer.Typer(cls=_EvalGroup, help="Evaluate an agent on benchmark suites (GAIA, xBench-DeepSearch, "
+                       "BrowseComp, Frames, local QA, the offline world); rescore predictions; compare runs.")
+
+
+def _overrides(suite: str | None, data: str | None, n: int | None, k: str | None, limit: int | None) -> list[str]:
+    out = []
+    if suite:
+        out.append(f"eval.suite={suite}")
+    if data:
+        out.append(f"eval.data={data}")
+    if n is not None:
+        out.append(f"eval.n={n}")
+    if k:
+        out.append(f"eval.k=[{k}]")
+    if limit is not None:
+        out.append(f"eval.limit={limit}")
+    return out
+
+
+def load_data(cfg: Any):
+    """The suite's items (eval/loaders.py), one-line errors for a missing or malformed file."""
+    from eval.loaders import load_suite
+
+    from agent.qa import DataError
+
+    try:
+        return load_suite(cfg.eval.suite, cfg.eval.data or None, limit=cfg.eval.limit or None,
+                          world_config=cfg.world)
+    except (DataError, FileNotFoundError, ValueError) as e:
+        raise UserError(f"eval: {e}") from None
+
+
+def result_line(report: dict[str, Any]) -> str:
+    o = report["overall"]
+    figures = " ".join(f"{k}={o[k]:.3f}" for k in o if "@" in k)
+    return f"RESULT eval suite={report['suite']} questions={o.get('questions', 0)} {figures}".rstrip()
+
+
+async def _evaluate(cfg: Any, run: Any) -> dict[str, Any]:
+    from agent.workflow import make_workflow
+    from core.progress import progress
+    from eval.report import write_report
+    from eval.runner import (
+        build_eval_judge,
+        eval_temperature,
+        eval_workflow_config,
+        judge_prompt_name,
+        primary_for,
+        run_samples,
+    )
+    from serving.factory import build_engine
+
+    data = load_data(cfg)
+    for k in cfg.eval.k:
+        if not 1 <= k <= cfg.eval.n:
+            raise UserError(f"eval.k: {k} is not between 1 and eval.n={cfg.eval.n} (Pass@k needs n >= k samples)")
+    run_cfg = eval_workflow_config(cfg, run)
+    engine = build_engine(cfg.engine)
+    workflow = make_workflow(run_cfg, world_dir=_world_dir(cfg))
+    judge = build_eval_judge(cfg, engine)
+    try:
+        with progress(f"eval {cfg.eval.suite}", total=len(data.items) * cfg.eval.n) as bar:
+            rows = await run_samples(run_cfg, run, data.items, engine=engine, workflow=workflow, judge=judge,
+                                     on_sample=lambda: bar.advance(1),
+                                     plaintext=cfg.eval.write_plaintext or not data.encrypted)
+    finally:
+        await workflow.aclose()
+        for obj in (judge, engine):
+            close = getattr(obj, "aclose", None)
+            if close is not None:
+                await close()
+    judge_info = judge.describe() if judge is not None else {}
+    info = {"model": cfg.engine.model, "backend": cfg.engine.backend, "data": cfg.eval.data, "n": cfg.eval.n,
+            "temperature": eval_temperature(cfg), "primary": primary_for(cfg), "source": data.source,
+            "judge_prompt": judge_prompt_name(cfg) and f"{judge_prompt_name(cfg)} ({judge_info.get('prompt_version')})",
+            "judge_model": judge_info.get("model"), "skipped": len(data.skipped), "workflow": cfg.train.workflow}
+    if data.skipped:
+        run.write_json(run.path / "skipped.json", data.skipped)
+    return write_report(run.path, rows, suite=cfg.eval.suite, ks=list(cfg.eval.k), info=info)
+
+
+def _world_dir(cfg: Any) -> Path | None:
+    if "search" not in cfg.tools.builtin or cfg.tools.search_backend != "local" or cfg.tools.index_dir:
+        return None
+    from datagen.world import resolve_world
+
+    return resolve_world(cfg.world)
+
+
+def _with_world_index(cfg: Any) -> Any:
+    """The world's default index as `tools.index_dir` when the local search has none (as training does)."""
+    from dataclasses import replace
+
+    world = _world_dir(cfg)
+    if world is None:
+        return cfg
+    from tools.index import default_index
+
+    return replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))
+
+
+@eval_app.command("run", hidden=True, help="Evaluate an agent on a suite (the default of `hexsearch eval`).")
+def run_eval(
+    config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
+    suite: str = typer.Option(None, "--suite", help="world, localqa, gaia, xbench, browsecomp or frames."),
+    data: str = typer.Option(None, "--data", help="The suite's data file."),
+    n: int = typer.Option(None, "--n", help="Samples per question (drawn in one pass)."),
+    k: str = typer.Option(None, "--k", help="Comma-separated k for Pass@k, e.g. 1,4 (each <= n)."),
+    limit: int = typer.Option(None, "--limit", help="Only the first N questions."),
+    resume: str = typer.Option(None, "--resume", help="Finish the run in this folder (no sample runs twice)."),
+) -> None:
+    from core.log import setup_logging
+    from core.rundir import RunDir
+
+    flags = _overrides(suite, data, n, k, limit)
+    if resume:
+        path = Path(resume)
+        if not (path / "config.yaml").exists():
+            raise UserError(f"--resume {resume}: not a run folder (no config.yaml)")
+        cfg = config_from_cli(str(path / "config.yaml"), [*(overrides or []), *flags])
+        run = RunDir(path)
+    else:
+        cfg = config_from_cli(config, [*(overrides or []), *flags])
+        run = open_run(cfg, "eval")
+    setup_logging(cfg.run.log_level, run.log)
+    typer.echo(f"run folder: {run.path}", err=True)
+    try:
+        report = asyncio.run(_evaluate(_with_world_index(cfg), run))
+    except (ValueError, FileNotFoundError) as e:
+        raise UserError(f"eval: {e}") from None
+    typer.echo((run.path / "report.md").read_text())
+    typer.echo(result_line(report))
+
+
+@eval_app.command("score", help="Score a predictions JSONL ({id, question, answer, prediction} per line) with "
+                                "the suite's rules (and its judge when one is configured).")
+def score(
+    suite: str = typer.Option(..., "--suite", help="Whose rules: world, localqa, gaia, xbench, browsecomp, frames."),
+    predictions: str = typer.Option(..., "--predictions", help="JSONL with id, question, answer, prediction."),
+    out: str = typer.Option(..., "--out", help="Output JSONL: the same lines, in order, with `score` added."),
+    config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
+    judge: str = typer.Option("none", "--judge", help="auto (the suite's judge), none, or a judge prompt name."),
+) -> None:
+    cfg = config_from_cli(config, [*(overrides or []), f"eval.suite={suite}", f"eval.judge={judge}"])
+    rows = _read_predictions(Path(predictions))
+    scored = asyncio.run(_score_rows(cfg, rows))
+    with open(out, "w", encoding="utf-8") as f:
+        for row in scored:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    correct = sum(r["correct"] for r in scored)
+    typer.echo(f"RESULT eval_score suite={suite} rows={len(scored)} correct={correct} "
+               f"accuracy={correct / max(len(scored), 1):.4f}")
+
+
+def _read_predictions(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise UserError(f"--predictions {path}: no such file")
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise UserError(f"{path}:{i}: not valid JSON ({e})") from None
+        missing = [k for k in ("answer", "prediction") if k not in row]
+        if not isinstance(row, dict) or missing:
+            raise UserError(f"{path}:{i}: needs keys id, question, answer, prediction (missing: {', '.join(missing)})")
+        rows.append(row)
+    return rows
+
+
+async def _score_rows(cfg: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from eval.runner import build_eval_judge, primary_for, score_sample, scorers_for
+
+    judge = build_eval_judge(cfg)
+    try:
+        out = []
+        for row in rows:
+            golds = row["answer"] if isinstance(row["answer"], list) else [str(row["answer"])]
+            pred = row["prediction"] if row["prediction"] is None else str(row["prediction"])
+            scored = await score_sample(pred, golds, str(row.get("question", "")), scorers=scorers_for(cfg),
+                                        judge=judge, primary=primary_for(cfg))
+            primary = primary_for(cfg)
+            value = float(scored["correct"]) if primary == "judge" else scored["scores"][primary]
+            out.append({**row, "score": value, "scores": scored["scores"], "correct": scored["correct"],
+                        **({"judge": scored["judge"]} if scored["judge"] else {})})
+        return out
+    finally:
+        close = getattr(judge, "aclose", None)
+        if close is not None:
+            await close()
+
+
+@eval_app.command("compare", help="Compare two evaluation runs: accuracy difference with a bootstrap 95% "
+                                  "interval and the questions that flipped.")
+def compare(run_a: str = typer.Argument(..., help="The baseline run folder."),
+            run_b: str = typer.Argument(..., help="The run compared with it.")) -> None:
+    from eval.report import compare_runs
+    from eval.runner import read_results
+
+    rows = []
+    for path in (run_a, run_b):
+        results = Path(path) / "results.jsonl"
+        if not results.exists():
+            raise UserError(f"{path}: not an evaluation run folder (no results.jsonl)")
+        rows.append(read_results(results))
+    cmp = compare_runs(rows[0], rows[1])
+    typer.echo(f"questions in both: {cmp['questions']} (only in A: {cmp['only_a']}, only in B: {cmp['only_b']})")
+    typer.echo(f"accuracy A {cmp['accuracy_a']:.3f}  B {cmp['accuracy_b']:.3f}  B - A {cmp['diff']:+.3f} "
+               f"(95% bootstrap interval {cmp['ci95'][0]:+.3f} .. {cmp['ci95'][1]:+.3f})")
+    typer.echo(f"gained ({len(cmp['gained'])}): {', '.join(cmp['gained'][:20])}")
+    typer.echo(f"lost ({len(cmp['lost'])}): {', '.join(cmp['lost'][:20])}")
+    typer.echo(json.dumps({k: v for k, v in cmp.items() if k not in ("gained", "lost")}))
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("eval", help="Evaluate an agent on benchmark suites.")
-    def _cmd(config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG) -> None:
-        not_available("eval", "a later issue fills it")
+    app.add_typer(eval_app, name="eval")

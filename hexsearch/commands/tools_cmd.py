@@ -113,13 +113,13 @@ async def _open_configured(cfg):
     from tools.mcp import MCPError
 
     world_dir = None
-    t = cfg.tools
-    if "search" in t.builtin and t.search_backend == "local" and not t.index_dir:
+    tools_cfg = cfg.tools
+    if "search" in tools_cfg.builtin and tools_cfg.search_backend == "local" and not tools_cfg.index_dir:
         from datagen.world import resolve_world
 
         world_dir = resolve_world(cfg.world)  # the default index lives with the world (built on first use)
     try:
-        return await open_toolset(t, world_dir=world_dir)
+        return await open_toolset(tools_cfg, world_dir=world_dir)
     except (ToolConfigError, IndexFolderError, MCPError) as e:
         raise UserError(str(e)) from None
 

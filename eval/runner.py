@@ -1,0 +1,198 @@
+"""Evaluation runs: every question x n samples through the same workflow as training, resumable.
+
+    data = load_suite("gaia", "gaia_text103.json")
+    rows = await run_samples(cfg, run, data.items, engine=engine, workflow=workflow, judge=judge)
+
+- One pass: all Q x n episodes are scheduled at once, at most `eval.concurrency` running. Sample j of
+  question q is played with seed crc32("<run.seed>/<q>/<j>"), so a rerun or a resumed run samples
+  the same way (n samples are n draws, not n reruns of the whole suite).
+- Checkpoint: each finished sample appends one line to `results.jsonl` (flushed) and its trajectory
+  to `trajectories/eval.jsonl`. A resumed run drops a torn last line and runs only the missing
+  (question, sample) pairs, so a killed run loses at most the samples in flight and never repeats one.
+- Scoring (`score_sample`): the rule-based scorers of the suite (eval/scorers.py) and, when
+  configured, an LLM judge with the suite's published prompt (eval/judges.py; verdicts cached by
+  judge model, prompt version, question, gold and prediction). `correct` is decided by
+  `eval.primary`: the judge's verdict, or a scorer's score being 1.
+- Budgets per question are the agent's (`agent.max_turns`, `max_generated_tokens`, `wall_clock_s`,
+  `max_cost_usd`); the stop reason of every sample is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from core.log import get_logger
+
+log = get_logger(__name__)
+
+DEFAULT_SCORERS = {"gaia": ["gaia", "em", "f1"], "xbench": ["em", "f1"], "browsecomp": ["em", "f1"],
+                   "frames": ["em", "f1", "cover_em"], "localqa": ["em", "f1", "sub_em", "cover_em", "set_f1"],
+                   "world": ["em", "f1", "sub_em", "cover_em", "set_f1"]}
+"""The rule-based scorers each suite reports (its official one first)."""
+DEFAULT_JUDGES = {"gaia": "gaia", "xbench": "xbench", "browsecomp": "browsecomp", "frames": "gaia"}
+"""The published LLM-judge prompt each suite is scored with (`eval.judge=auto`)."""
+
+
+def scorers_for(cfg: Any) -> list[str]:
+    return list(cfg.eval.scorers) or DEFAULT_SCORERS.get(cfg.eval.suite, ["em", "f1"])
+
+
+def judge_prompt_name(cfg: Any) -> str | None:
+    """The judge prompt of this run (None: no judge)."""
+    name = cfg.eval.judge
+    if name == "auto":
+        return DEFAULT_JUDGES.get(cfg.eval.suite)
+    return None if name in ("none", "") else name
+
+
+def primary_for(cfg: Any) -> str:
+    if cfg.eval.primary:
+        return cfg.eval.primary
+    return "judge" if judge_prompt_name(cfg) else scorers_for(cfg)[0]
+
+
+def sample_seed(run_seed: int, qid: str, sample: int) -> int:
+    return zlib.crc32(f"{run_seed}/{qid}/{sample}".encode()) & 0x7FFFFFFF
+
+
+def eval_temperature(cfg: Any) -> float:
+    """`eval.temperature`, or greedy for one sample and the agent's temperature for several."""
+    if cfg.eval.temperature >= 0:
+        return cfg.eval.temperature
+    return 0.0 if cfg.eval.n == 1 else cfg.agent.temperature
+
+
+# -- the checkpoint -------------------------------------------------------------------------------
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The rows of a results.jsonl; a torn last line (the run was killed mid-write) is cut off the file."""
+    if not path.exists():
+        return []
+    rows, good_bytes = [], 0
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                rows.append(json.loads(raw))
+            except ValueError:
+                if raw.endswith(b"\n"):
+                    raise ValueError(f"{path}: line {len(rows) + 1} is not JSON") from None
+                log.warning("%s: dropping a torn last line (%d bytes)", path, len(raw))
+                break
+            good_bytes += len(raw)
+    if good_bytes < path.stat().st_size:
+        with path.open("r+b") as f:
+            f.truncate(good_bytes)
+    return rows
+
+
+def _append(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        f.flush()
+
+
+# -- scoring ----------------------------------------------------------------------------------------
+async def score_sample(prediction: str | None, golds: list[str], question: str, *, scorers: list[str],
+                       judge: Any = None, primary: str = "em") -> dict[str, Any]:
+    """Scores, judge verdict and correctness of one prediction (what results.jsonl records)."""
+    from eval.scorers import score_all
+
+    out: dict[str, Any] = {"scores": score_all(prediction, golds, scorers), "judge": None}
+    if judge is not None and prediction is not None and golds:
+        verdict = await judge.judge(question, list(golds), prediction)
+        out["judge"] = {"correct": verdict.correct, "cached": verdict.cached, "attempts": verdict.attempts,
+                        "raw": verdict.raw[-500:]}
+    if primary == "judge":
+        out["correct"] = bool(out["judge"] and out["judge"]["correct"])
+    else:
+        out["correct"] = out["scores"].get(primary, 0.0) >= 1.0
+    return out
+
+
+def _group_fields(meta: dict[str, Any]) -> dict[str, Any]:
+    """What reports group by, from the row's keys or FlashRAG's nested `metadata`."""
+    nested = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
+    merged = {**nested, **meta}
+    return {k: merged[k] for k in ("level", "hops", "type", "topic", "source", "reasoning_types") if k in merged}
+
+
+def _row(item: Any, sample: int, traj: Any, scored: dict[str, Any], seed: int) -> dict[str, Any]:
+    meta = traj.meta or {}
+    turns = meta.get("turns") or []
+    return {"id": str(item.id), "sample": sample, "question": item.question, "gold": list(item.answers),
+            "prediction": traj.prediction, **scored, "stop_reason": traj.stop_reason, "turns": traj.num_turns,
+            "tool_calls": len(traj.tool_calls), "generated_tokens": meta.get("generated_tokens", 0),
+            "prompt_tokens": sum(t.get("prompt_tokens", 0) for t in turns), "cost_usd": meta.get("cost_usd", 0.0),
+            "seconds": round((traj.timings or {}).get("total", 0.0), 3), "seed": seed,
+            "item_meta": _group_fields(item.meta or {}),
+            "trajectory": f"trajectories/eval.jsonl#{item.id}/{sample}"}
+
+
+async def run_samples(cfg: Any, run: Any, items: list[Any], *, engine: Any, workflow: Any,
+                      judge: Any = None, on_sample: Any = None, plaintext: bool = True) -> list[dict[str, Any]]:
+    """Play and score every missing (question, sample) pair; returns all rows of results.jsonl, in order.
+    `plaintext=False` (an encrypted suite): questions, gold answers and trajectories are not written."""
+    results = run.path / "results.jsonl"
+    done = {(r["id"], r["sample"]) for r in read_results(results)}
+    todo = [(item, j) for item in items for j in range(cfg.eval.n) if (str(item.id), j) not in done]
+    scorers, primary = scorers_for(cfg), primary_for(cfg)
+    sem = asyncio.Semaphore(max(1, cfg.eval.concurrency))
+    traj_file = run.trajectories / "eval.jsonl"
+
+    async def one(item: Any, sample: int) -> None:
+        seed = sample_seed(cfg.run.seed, str(item.id), sample)
+        async with sem:
+            traj = await workflow.arun_episode(engine, item, seed=seed, request_id=f"eval/{item.id}/{sample}")
+            scored = await score_sample(traj.prediction, list(item.answers), item.question, scorers=scorers,
+                                        judge=judge, primary=primary)
+        traj.meta.update(key=f"{item.id}/{sample}", sample=sample)
+        row = _row(item, sample, traj, scored, seed)
+        if plaintext:
+            _append(traj_file, json.loads(traj.to_json()))
+        else:
+            row.update(question=None, gold=None, trajectory=None)
+        _append(results, row)  # the checkpoint: written last
+        if on_sample is not None:
+            on_sample()
+
+    tasks = [asyncio.ensure_future(one(item, j)) for item, j in todo]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    order = {(str(item.id), j): i for i, (item, j) in enumerate((it, j) for it in items for j in range(cfg.eval.n))}
+    rows = [r for r in read_results(results) if (r["id"], r["sample"]) in order]
+    return sorted(rows, key=lambda r: order[(r["id"], r["sample"])])
+
+
+def eval_workflow_config(cfg: Any, run: Any) -> Any:
+    """The config the evaluation's workflow runs with: the eval temperature and, with `eval.tool_cache`,
+    a tool cache in the run folder (a repeated or resumed run never re-queries the web)."""
+    cfg = replace(cfg, agent=replace(cfg.agent, temperature=eval_temperature(cfg)))
+    if cfg.eval.tool_cache:
+        cfg = replace(cfg, tools=replace(cfg.tools, cache_enabled=True, cache_path=str(run.path / "tools.sqlite")))
+    return cfg
+
+
+def build_eval_judge(cfg: Any, engine: Any = None) -> Any:
+    """The LLM judge with the suite's published prompt (None when the run uses no judge). An embedded judge
+    that is the policy model itself reuses the policy engine instead of loading a second copy."""
+    name = judge_prompt_name(cfg)
+    if name is None:
+        return None
+    from agent.judge import build_judge
+    from eval.judges import JUDGE_PROMPTS
+
+    if name not in JUDGE_PROMPTS:
+        raise ValueError(f"eval.judge: unknown judge prompt '{name}'; valid: auto, none, {', '.join(JUDGE_PROMPTS)}")
+    judge_cfg = cfg.agent.judge
+    shared = (engine if judge_cfg.backend == "embedded" and cfg.engine.backend == "embedded"
+              and judge_cfg.model == cfg.engine.model else None)
+    return build_judge(judge_cfg, engine=shared, prompt=JUDGE_PROMPTS[name])
