@@ -202,3 +202,17 @@ def test_report_and_compare_figures():
     cmp = compare_runs(a, b)
     assert cmp["gained"] == ["q1"] and cmp["lost"] == ["q3"] and cmp["questions"] == 3
     assert cmp["diff"] == pytest.approx((1 - 0.25 + 0 - 1) / 3) and cmp["ci95"][0] <= cmp["diff"] <= cmp["ci95"][1]
+
+
+def test_every_shipped_eval_recipe_loads():
+    from eval.judges import JUDGE_PROMPTS
+    from hexsearch.config import load_config
+
+    recipes = sorted((Path(__file__).resolve().parents[1] / "configs" / "eval").glob("*.yaml"))
+    suites = {p.stem: load_config(p) for p in recipes if p.stem != "web"}
+    assert set(suites) == {"gaia", "xbench", "browsecomp", "frames", "localqa", "world"}
+    for name, cfg in suites.items():
+        assert cfg.eval.suite == name and max(cfg.eval.k) <= cfg.eval.n
+        assert cfg.eval.judge in ("auto", "none", *JUDGE_PROMPTS)
+    assert suites["gaia"].tools.search_backend == "serper" and suites["gaia"].eval.n == 4
+    assert suites["gaia"].agent.judge.backend == "openai" and suites["localqa"].tools.search_backend == "local"

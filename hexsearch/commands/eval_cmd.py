@@ -55,9 +55,8 @@ def _overrides(suite: str | None, data: str | None, n: int | None, k: str | None
 
 def load_data(cfg: Any):
     """The suite's items (eval/loaders.py), one-line errors for a missing or malformed file."""
-    from eval.loaders import load_suite
-
     from agent.qa import DataError
+    from eval.loaders import load_suite
 
     try:
         return load_suite(cfg.eval.suite, cfg.eval.data or None, limit=cfg.eval.limit or None,
