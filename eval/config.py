@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+SuiteName = Literal["world", "world-test", "world-dev", "localqa", "gaia", "xbench", "browsecomp", "frames"]
+ScorerName = Literal["gaia", "em", "f1", "sub_em", "cover_em", "set_f1", "asearcher_f1"]
+JudgeName = Literal["xbench", "browsecomp", "gaia", "asearcher", "default"]
 
 
 @dataclass
 class EvalConfig:
-    suite: str = "world"
+    suite: SuiteName = "world"
     """Suite to evaluate: `world` (the offline world's test split), `localqa` (FlashRAG/Search-R1/ASearcher
     JSONL), `gaia`, `xbench`, `browsecomp` or `frames` (see eval/loaders.py for the file formats)."""
     data: str = ""
@@ -22,15 +27,15 @@ class EvalConfig:
     """Sampling temperature; -1: greedy (0) when n = 1, else `agent.temperature`."""
     concurrency: int = 16
     """Episodes run at once."""
-    scorers: list[str] = field(default_factory=list)
-    """Rule-based scorers (`gaia`, `em`, `f1`, `sub_em`, `cover_em`, `set_f1`). Empty: the suite's own."""
-    judge: str = "auto"
+    scorers: list[ScorerName] = field(default_factory=list)
+    """Rule-based scorers (`gaia`, `em`, `f1`, `sub_em`, `cover_em`, `set_f1`, `asearcher_f1`). Empty: the suite's own."""
+    judge: Literal["auto", "none", JudgeName] = "auto"
     """LLM judge prompt: `auto` (the suite's published judge: xbench, browsecomp, gaia for GAIA and Frames;
     none for local QA and the world), `none`, or a prompt name (`xbench`, `browsecomp`, `gaia`, `asearcher`,
     `default`). The judge model is `agent.judge`."""
-    primary: str = ""
+    primary: Literal["auto", "judge", ScorerName] = "auto"
     """What decides whether a sample is correct (Pass@k, majority vote): `judge` or a scorer name (a sample is
-    correct when that score is 1). Empty: the judge when one is used, else the suite's first scorer."""
+    correct when that score is 1). `auto`: the judge when one is used, else the suite's first scorer."""
     write_plaintext: bool = False
     """Encrypted suites (xBench, BrowseComp) are decrypted in memory only: results.jsonl keeps ids, predictions and
     scores but not the questions and gold answers, and no trajectories are saved. True writes them in clear."""

@@ -51,7 +51,7 @@ def judge_prompt_name(cfg: Any) -> str | None:
 
 
 def primary_for(cfg: Any) -> str:
-    if cfg.eval.primary:
+    if cfg.eval.primary != "auto":
         return cfg.eval.primary
     return "judge" if judge_prompt_name(cfg) else scorers_for(cfg)[0]
 

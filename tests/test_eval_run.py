@@ -216,3 +216,18 @@ def test_every_shipped_eval_recipe_loads():
         assert cfg.eval.judge in ("auto", "none", *JUDGE_PROMPTS)
     assert suites["gaia"].tools.search_backend == "serper" and suites["gaia"].eval.n == 4
     assert suites["gaia"].agent.judge.backend == "openai" and suites["localqa"].tools.search_backend == "local"
+
+
+def test_config_choices_match_the_registries():
+    from typing import get_args
+
+    from eval.config import JudgeName, ScorerName, SuiteName
+    from eval.judges import JUDGE_PROMPTS
+    from eval.loaders import SUITES
+    from eval.scorers import SCORERS
+
+    assert set(get_args(SuiteName)) == set(SUITES)
+    assert set(get_args(ScorerName)) == set(SCORERS)
+    assert set(get_args(JudgeName)) == set(JUDGE_PROMPTS)
+    out = subprocess.run([*HEX, "eval", "--suite", "gsm8k"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "eval.suite" in out.stderr and "browsecomp" in out.stderr

@@ -134,7 +134,7 @@ def _with_world_index(cfg: Any) -> Any:
     return replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))
 
 
-@eval_app.command("run", hidden=True, help="Evaluate an agent on a suite (the default of `hexsearch eval`).")
+@eval_app.command("run", help="Evaluate an agent on a suite; also what `hexsearch eval [CONFIG] [--suite ...]` runs.")
 def run_eval(
     config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
     suite: str = typer.Option(None, "--suite", help="world, localqa, gaia, xbench, browsecomp or frames."),
