@@ -156,7 +156,7 @@ async def test_concurrent_calls_share_one_session_and_one_restart():
 async def test_env_passthrough_reaches_the_server_and_the_secret_never_leaks(monkeypatch, caplog):
     monkeypatch.setenv(SECRET_VAR, SECRET)
     monkeypatch.setenv("HEXSEARCH_MCP_NOT_PASSED", "visible-only-here")
-    caplog.set_level(logging.DEBUG, logger="tools.mcp")
+    caplog.set_level(logging.DEBUG, logger="tools")  # tools.mcp and tools.mcp_connection
     conn, tools = await open_fx(stdio(env={"PLAIN_VAR": "hello"}, env_passthrough=[SECRET_VAR]))
     try:
         probe = tools["env_probe"]
