@@ -77,10 +77,10 @@ def make_workflow(cfg: Any, **shared: Any) -> Workflow:
 class SearchAgentWorkflow(Workflow):
     """The search agent (agent.loop) with its tools, reward function and judge, owned for the process.
 
-    Tools are opened on the first episode (`tools.factory.open_toolset`: built-ins, components, MCP
-    servers), unless given; so are the reward function (`agent.reward_fn`) and, for
-    `reward_fn=judge`, the judge (`agent.judge`; over `shared["judge_engine"]` when the caller
-    offers one, e.g. the training run's judge actor)."""
+    The reward function (`agent.reward_fn`) is resolved when the workflow is built. The tools
+    (`tools.factory.open_toolset`: built-ins, components, MCP servers) are opened by `setup()`, on the
+    first episode, unless given; so is the judge for `reward_fn=judge` (`agent.judge`, over
+    `shared["judge_engine"]` when the caller offers one, e.g. the training run's judge actor)."""
 
     def __init__(self, cfg: Any, *, tools: dict[str, Any] | None = None, judge: Any = None, **shared: Any):
         super().__init__(cfg, **shared)
