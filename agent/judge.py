@@ -421,23 +421,13 @@ def build_judge(cfg: Any, engine: InferenceEngine | None = None, prompt: JudgePr
     if engine is not None:
         return LLMJudge(engine, cfg.model, **common, backend=cfg.backend, owns_transport=False)
     check_choices(cfg, "agent.judge")
-    if cfg.backend == "openai":
-        from serving.openai_chat import OpenAIChatClient, public_url
-
-        if not cfg.urls:
-            raise ValueError("agent.judge.backend=openai needs agent.judge.urls: the API base of an "
-                             "OpenAI-compatible endpoint, e.g. agent.judge.urls=[https://api.openai.com/v1]")
-        client = OpenAIChatClient(cfg.urls[0], cfg.model, api_key_env=cfg.api_key_env, timeout_s=cfg.timeout_s)
-        return LLMJudge(client, cfg.model, **common, backend="openai", urls=[public_url(client.base_url)],
-                        owns_transport=True)
-    from serving.config import EngineConfig
-    from serving.factory import build_engine
+    from serving.factory import build_llm
     from serving.openai_chat import public_url
 
-    built = build_engine(EngineConfig(model=cfg.model, backend=cfg.backend, urls=list(cfg.urls),
-                                      request_timeout_s=cfg.timeout_s))
-    return LLMJudge(built, cfg.model, **common, backend=cfg.backend, urls=[public_url(u) for u in cfg.urls],
-                    owns_transport=True)
+    built = build_llm(cfg.backend, cfg.model, list(cfg.urls), api_key_env=cfg.api_key_env, timeout_s=cfg.timeout_s,
+                      what="agent.judge")
+    urls = [public_url(built.base_url)] if cfg.backend == "openai" else [public_url(u) for u in cfg.urls]
+    return LLMJudge(built, cfg.model, **common, backend=cfg.backend, urls=urls, owns_transport=True)
 
 
 def judge_info(verdict: Verdict) -> dict[str, Any]:

@@ -23,12 +23,9 @@ import asyncio
 import json
 import zlib
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from core.log import get_logger
-
-log = get_logger(__name__)
+from core.checkpoint import append_row, read_rows
 
 DEFAULT_SCORERS = {"gaia": ["gaia", "em", "f1"], "xbench": ["em", "f1"], "browsecomp": ["em", "f1"],
                    "frames": ["em", "f1", "cover_em"], "localqa": ["em", "f1", "sub_em", "cover_em", "set_f1"],
@@ -68,33 +65,6 @@ def eval_temperature(cfg: Any) -> float:
 
 
 # -- the checkpoint -------------------------------------------------------------------------------
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """The rows of a results.jsonl; a torn last line (the run was killed mid-write) is cut off the file."""
-    if not path.exists():
-        return []
-    rows, good_bytes = [], 0
-    with path.open("rb") as f:
-        for raw in f:
-            try:
-                rows.append(json.loads(raw))
-            except ValueError:
-                if raw.endswith(b"\n"):
-                    raise ValueError(f"{path}: line {len(rows) + 1} is not JSON") from None
-                log.warning("%s: dropping a torn last line (%d bytes)", path, len(raw))
-                break
-            good_bytes += len(raw)
-    if good_bytes < path.stat().st_size:
-        with path.open("r+b") as f:
-            f.truncate(good_bytes)
-    return rows
-
-
-def _append(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-        f.flush()
-
-
 # -- scoring ----------------------------------------------------------------------------------------
 async def score_sample(prediction: str | None, golds: list[str], question: str, *, scorers: list[str],
                        judge: Any = None, primary: str = "em") -> dict[str, Any]:
@@ -137,7 +107,7 @@ async def run_samples(cfg: Any, run: Any, items: list[Any], *, engine: Any, work
     """Play and score every missing (question, sample) pair; returns all rows of results.jsonl, in order.
     `plaintext=False` (an encrypted suite): questions, gold answers and trajectories are not written."""
     results = run.path / "results.jsonl"
-    done = {(r["id"], r["sample"]) for r in read_results(results)}
+    done = {(r["id"], r["sample"]) for r in read_rows(results)}
     todo = [(item, j) for item in items for j in range(cfg.eval.n) if (str(item.id), j) not in done]
     scorers, primary = scorers_for(cfg), primary_for(cfg)
     sem = asyncio.Semaphore(max(1, cfg.eval.concurrency))
@@ -152,10 +122,10 @@ async def run_samples(cfg: Any, run: Any, items: list[Any], *, engine: Any, work
         traj.meta.update(key=f"{item.id}/{sample}", sample=sample)
         row = _row(item, sample, traj, scored, seed)
         if plaintext:
-            _append(traj_file, json.loads(traj.to_json()))
+            append_row(traj_file, json.loads(traj.to_json()))
         else:
             row.update(question=None, gold=None, trajectory=None)
-        _append(results, row)  # the checkpoint: written last
+        append_row(results, row)  # the checkpoint: written last
         if on_sample is not None:
             on_sample()
 
@@ -168,7 +138,7 @@ async def run_samples(cfg: Any, run: Any, items: list[Any], *, engine: Any, work
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     order = {(str(item.id), j): i for i, (item, j) in enumerate((it, j) for it in items for j in range(cfg.eval.n))}
-    rows = [r for r in read_results(results) if (r["id"], r["sample"]) in order]
+    rows = [r for r in read_rows(results) if (r["id"], r["sample"]) in order]
     return sorted(rows, key=lambda r: order[(r["id"], r["sample"])])
 
 

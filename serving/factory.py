@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any, get_args
 
 from core.choices import check_choices
 from serving.config import EngineBackend, EngineConfig
@@ -30,3 +30,18 @@ def build_engine(cfg: EngineConfig) -> InferenceEngine:
     from serving.pool import build_remote
 
     return build_remote(cfg.backend, list(cfg.urls), cfg.model, request_timeout_s=cfg.request_timeout_s)
+
+
+def build_llm(backend: str, model: str, urls: list[str], *, api_key_env: str = "OPENAI_API_KEY",
+              timeout_s: float | None = None, what: str = "model") -> Any:
+    """A text-generation transport for a role that is not the policy (a judge, a QA generator or solver):
+    an OpenAIChatClient for `openai` (messages in, text out), else an InferenceEngine built by
+    `build_engine`. `what` names the config section in errors, e.g. `agent.judge`."""
+    if backend == "openai":
+        from serving.openai_chat import OpenAIChatClient
+
+        if not urls:
+            raise ValueError(f"{what}.backend=openai needs {what}.urls: the API base of an OpenAI-compatible "
+                             f"endpoint, e.g. {what}.urls=[https://api.openai.com/v1]")
+        return OpenAIChatClient(urls[0], model, api_key_env=api_key_env, timeout_s=timeout_s)
+    return build_engine(EngineConfig(model=model, backend=backend, urls=list(urls), request_timeout_s=timeout_s))

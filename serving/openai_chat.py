@@ -185,8 +185,9 @@ class OpenAIChatClient:
         return min(self.max_backoff_s, self.backoff_s * 2 ** attempt * random.uniform(0.5, 1.0))
 
     async def chat(self, messages: list[dict[str, Any]], *, temperature: float, max_tokens: int,
-                   seed: int | None = None) -> str:
-        """The assistant text of one chat completion (retrying transient failures; see module docstring)."""
+                   seed: int | None = None, usage: dict[str, Any] | None = None) -> str:
+        """The assistant text of one chat completion (retrying transient failures; see module docstring).
+        `usage`, when given, receives the reply's token counts (`prompt_tokens`, `completion_tokens`)."""
         key = self._key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         client = self._http()
@@ -207,7 +208,11 @@ class OpenAIChatClient:
             else:
                 if response.status_code == 200:
                     try:
-                        return _content(response.json())
+                        data = response.json()
+                        text = _content(data)
+                        if usage is not None and isinstance(data.get("usage"), dict):
+                            usage.update(data["usage"])
+                        return text
                     except ValueError as e:
                         self.stats["errors"] += 1
                         raise OpenAIChatError(self._scrub(

@@ -85,7 +85,7 @@ def test_every_config_field_has_a_docstring():
 def test_shipped_configs_resolve():
     from pathlib import Path
 
-    for path in sorted(Path("configs").glob("*.yaml")):
+    for path in sorted(Path("configs").rglob("*.yaml")):  # recipes in subfolders too (eval/, datagen/)
         to_yaml(load_config(path))
 
 

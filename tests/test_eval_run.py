@@ -16,9 +16,10 @@ import pytest
 from fixtures.corpus import write_corpus
 from fixtures.web import SERPER_KEY, FixtureWeb
 
+from core.checkpoint import read_rows
 from core.rundir import RunDir
 from eval.report import compare_runs, summarize, write_report
-from eval.runner import read_results, run_samples
+from eval.runner import run_samples
 
 HEX = [sys.executable, "-m", "hexsearch.cli"]
 TINY = ["engine.model=tiny-random", "agent.max_new_tokens=8", "agent.max_turns=3", "agent.max_tool_calls=1",
@@ -54,7 +55,7 @@ def test_local_qa_suite_end_to_end(tmp_path, local_suite):
                 f"tools.index_dir={index}", *TINY)
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / "a"
-    rows = read_results(run / "results.jsonl")
+    rows = read_rows(run / "results.jsonl")
     assert sorted((r["id"], r["sample"]) for r in rows) == sorted((f"q{i}", j) for i in range(12) for j in (0, 1))
     assert all(set(r["scores"]) == {"em", "f1", "sub_em", "cover_em", "set_f1"} for r in rows)
     assert all(r["correct"] == (r["scores"]["em"] == 1.0) for r in rows)  # no judge: the first scorer decides
@@ -91,13 +92,13 @@ def test_a_killed_run_resumes_with_every_sample_exactly_once(tmp_path, local_sui
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    before = read_results(results)
+    before = read_rows(results)
     assert 3 <= len(before) < 36, "the run should be killed part-way"
     with results.open("a") as f:
         f.write('{"id": "q0", "sam')  # a torn line, as a kill in mid-write leaves it
     out = _eval(tmp_path, "--resume", str(tmp_path / "k"))
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = read_results(results)
+    rows = read_rows(results)
     keys = [(r["id"], r["sample"]) for r in rows]
     assert len(keys) == len(set(keys)) == 36  # every (question, sample) exactly once
     assert rows[: len(before)] == before  # finished samples were kept, not redone

@@ -231,15 +231,15 @@ async def _score_rows(cfg: Any, rows: list[dict[str, Any]]) -> list[dict[str, An
                                   "interval and the questions that flipped.")
 def compare(run_a: str = typer.Argument(..., help="The baseline run folder."),
             run_b: str = typer.Argument(..., help="The run compared with it.")) -> None:
+    from core.checkpoint import read_rows
     from eval.report import compare_runs
-    from eval.runner import read_results
 
     rows = []
     for path in (run_a, run_b):
         results = Path(path) / "results.jsonl"
         if not results.exists():
             raise UserError(f"{path}: not an evaluation run folder (no results.jsonl)")
-        rows.append(read_results(results))
+        rows.append(read_rows(results))
     cmp = compare_runs(rows[0], rows[1])
     typer.echo(f"questions in both: {cmp['questions']} (only in A: {cmp['only_a']}, only in B: {cmp['only_b']})")
     typer.echo(f"accuracy A {cmp['accuracy_a']:.3f}  B {cmp['accuracy_b']:.3f}  B - A {cmp['diff']:+.3f} "
