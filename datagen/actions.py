@@ -103,6 +103,24 @@ async def base_question(gen: ChatLLM, page: Page, facts: list[str], usage: Usage
     return state, Edit("base", True, state.question, state.answer, note=f"fact {i + 1}", pages=[page.url])
 
 
+async def seed_question(seed: Any, store: PageStore, usage: Usage, *, facts_of: Any) -> tuple[QAState | None, Edit]:
+    """A seed QA (an agent.qa.QAItem whose `meta["pages"]` are corpus urls) as the first question. Its
+    statements are the facts of its pages that name the answer or another of its pages' titles."""
+    pages = list(seed.meta["pages"])
+    titles = [store.titles[u] for u in pages]
+    answer = seed.answers[0]
+    statements = []
+    for url in pages:
+        for fact in await facts_of(url, usage) or []:
+            if names(fact, answer) or any(t != store.titles[url] and names(fact, t) for t in titles):
+                statements.append(Statement(fact, url, store.titles[url]))
+    if not any(names(st.text, answer) for st in statements):
+        return None, Edit("base", False, seed.question, answer, note=f"seed QA {seed.id}: no fact of its pages "
+                          "states the answer")
+    state = QAState(seed.question, answer, statements, pages)
+    return state, Edit("base", True, state.question, answer, note=f"seed QA {seed.id}", pages=pages)
+
+
 async def fuzz(gen: ChatLLM, state: QAState, usage: Usage, *, seed: int) -> tuple[QAState | None, Edit]:
     """The question with one revealing detail made vaguer (same answer, same statements)."""
     reply = await gen.complete(P.messages(P.FUZZ, question=state.question, answer=state.answer,

@@ -79,6 +79,10 @@ class DatagenConfig:
     """`world` (the offline world of the `world` section, with ground truth), or a JSONL of pages
     ({url, contents} with the title as the first line, or {url, title, text}); passages of a search corpus
     ({url or title, contents}) are joined into pages by url."""
+    seeds: str = ""
+    """Optional QA JSONL of seed questions to edit instead of writing base questions from sampled pages. Each
+    row needs `question`, `answer` and its source pages as `pages` or `chain` (corpus urls; the world's
+    qa_*.jsonl rows have `chain`). Item i starts from row i (cycling)."""
     links: str = ""
     """Optional JSONL {url, links: [url, ...]} of the corpus's link graph (`link_source: file`)."""
     link_source: LinkSource = "mentions"

@@ -82,6 +82,25 @@ def run_settings(cfg: Any) -> dict[str, Any]:
     return {"datagen": dg, "world": world, "seed": cfg.run.seed}
 
 
+def load_seeds(path: str | Path, store: Any) -> list[Any]:
+    """The seed QAs of `datagen.seeds` (agent.qa.QAItem, `meta["pages"]` set from `pages` or `chain`);
+    DataError for a row without source pages or with a url the corpus lacks."""
+    from agent.qa import DataError, load_qa
+
+    seeds = load_qa(path)
+    for item in seeds:
+        pages = item.meta.get("pages", item.meta.get("chain"))
+        if not isinstance(pages, list) or not pages or not all(isinstance(u, str) for u in pages):
+            raise DataError(f"{path}: seed '{item.id}' needs its source pages as 'pages' or 'chain' (a list of urls)")
+        missing = [u for u in pages if u not in store.offsets]
+        if missing:
+            raise DataError(f"{path}: seed '{item.id}' names pages the corpus lacks: {', '.join(missing[:3])}")
+        item.meta["pages"] = list(dict.fromkeys(pages))
+    if not seeds:
+        raise DataError(f"{path}: no seed questions")
+    return seeds
+
+
 async def run_items(synth: Any, out: Path, *, want: int, budget: int, concurrency: int) -> list[dict[str, Any]]:
     """Run items until `want` are accepted or `budget` attempted; returns every finished item, in index order."""
     path = out / "items.jsonl"
@@ -136,20 +155,24 @@ async def run_datagen(cfg: Any, out: str | Path, *, engine: Any = None, encode: 
     pages, world = corpus_files(cfg)
     _check_same_run(out, run_settings(cfg))
     store = PageStore.open(pages, links=dg.links if dg.link_source == "file" else None)
+    seeds = load_seeds(dg.seeds, store) if dg.seeds else None
     models = open_models(dg, engine=engine)
-    workflow = None
-    if dg.search_check:
+    workflow = policy = None
+    if dg.search_check:  # the search agent: the training workflow over the policy engine (`engine:`)
         from agent.workflow import make_workflow
 
         workflow = make_workflow(cfg, world_dir=world)
+        policy = engine or _policy_engine(cfg, models)
     t0 = time.monotonic()
     try:
-        synth = Synthesiser(dg, store, models, run_seed=cfg.run.seed, workflow=workflow,
-                            engine=engine or models.solver.transport)
+        synth = Synthesiser(dg, store, models, run_seed=cfg.run.seed, workflow=workflow, engine=policy,
+                            seeds=seeds)
         items = await run_items(synth, out, want=dg.num_questions, budget=max_items(dg), concurrency=dg.concurrency)
     finally:
         if workflow is not None:
             await workflow.aclose()
+        if policy is not None and policy not in models.owned and policy is not engine:
+            await policy.aclose()
         await models.aclose()
     if encode is None and dg.dedup_threshold < 1.0 and any(r["status"] == "accepted" for r in items):
         from tools.encoder import Encoder
@@ -170,3 +193,13 @@ async def run_datagen(cfg: Any, out: str | Path, *, engine: Any = None, encode: 
             "min_hops": dg.min_hops, "max_edits": dg.max_edits, "solver_attempts": dg.solver_attempts,
             "max_solver_accuracy": dg.max_solver_accuracy, "actions": list(dg.actions)}
     return write_report(out, items, dataset=dataset, ground_truth=truth, info=info)
+
+
+def _policy_engine(cfg: Any, models: Any) -> Any:
+    """The engine of the `engine:` section; an embedded policy that is the solver's model reuses its copy."""
+    solver = cfg.datagen.solver
+    if (cfg.engine.backend == "embedded" and solver.backend == "embedded" and cfg.engine.model == solver.model):
+        return models.solver.transport
+    from serving.factory import build_engine
+
+    return build_engine(cfg.engine)

@@ -1,6 +1,7 @@
 """The QA-synthesis agent: one item = one seed page turned into a hard, verified question, or rejected.
 
     seed page --extract--> facts --base--> question      (checks: guard, validity, difficulty, uniqueness)
+    (or a seed QA from `datagen.seeds`, with its pages' facts as statements, checked the same way)
     repeat up to max_edits, until hops >= target_hops and k/n <= max_solver_accuracy:
         action = inject while hops < target_hops, else a draw from `actions` (no inject at max_hops)
         new = action(question)                            (inject also runs the coverage check)
@@ -35,7 +36,10 @@ class Synthesiser:
     """Runs items (see module docstring). `workflow`/`engine`: the search agent for `search_check`."""
 
     def __init__(self, cfg: Any, store: PageStore, models: Models, *, run_seed: int = 0, workflow: Any = None,
-                 engine: Any = None):
+                 engine: Any = None, seeds: list[Any] | None = None):
+        """`seeds`: seed QAs (datagen.run.load_seeds); item i edits seed i (cycling) instead of writing a base
+        question from a sampled page."""
+        self.seeds = seeds or []
         self.cfg = cfg
         self.store = store
         self.models = models
@@ -92,7 +96,8 @@ class Synthesiser:
         rng = random.Random(f"{self.run_seed}:{index}")
         seed = rng.randrange(2**31)
         usage, t0 = Usage(), time.monotonic()
-        url = self.store.sample(rng)
+        seed_qa = self.seeds[index % len(self.seeds)] if self.seeds else None
+        url = seed_qa.meta["pages"][0] if seed_qa is not None else self.store.sample(rng)
         record: dict[str, Any] = {
             "id": f"dg-{index:06d}", "index": index, "seed_url": url, "status": "rejected", "reason": "",
             "question": "", "answer": "", "aug_answer": [], "hops": 0, "pages": [url], "statements": [],
@@ -100,7 +105,7 @@ class Synthesiser:
         edits: list[Edit] = []
         state: QAState | None = None
         try:
-            state = await self._run(index, url, rng, seed, usage, edits, record)
+            state = await self._run(url, seed_qa, rng, seed, usage, edits, record)
         except Exception as e:  # noqa: BLE001 - infrastructure failure: recorded, retried on resume
             log.warning("item %d failed: %s: %s", index, type(e).__name__, e)
             record.update(status="error", reason=f"error: {type(e).__name__}: {str(e)[:300]}")
@@ -113,15 +118,18 @@ class Synthesiser:
                       usage={**asdict(usage), "cost_usd": round(usage.cost_usd, 6)})
         return record
 
-    async def _run(self, index: int, url: str, rng: random.Random, seed: int, usage: Usage, edits: list[Edit],
+    async def _run(self, url: str, seed_qa: Any, rng: random.Random, seed: int, usage: Usage, edits: list[Edit],
                    record: dict[str, Any]) -> QAState | None:
         """The item's pipeline; sets `record['status'/'reason'/'search']` and returns the last accepted state."""
-        facts = await self.facts_of(url, usage)
-        if facts is None:
-            record["reason"] = "extract: no facts could be read from the seed page's extraction"
-            return None
-        page = self.store.page(url)
-        new, edit = await actions.base_question(self.models.generator, page, facts, usage, seed=seed)
+        if seed_qa is not None:
+            new, edit = await actions.seed_question(seed_qa, self.store, usage, facts_of=self.facts_of)
+        else:
+            facts = await self.facts_of(url, usage)
+            if facts is None:
+                record["reason"] = "extract: no facts could be read from the seed page's extraction"
+                return None
+            new, edit = await actions.base_question(self.models.generator, self.store.page(url), facts, usage,
+                                                    seed=seed)
         await self._checked(edit, new, None, usage, seed)
         edits.append(edit)
         if not edit.accepted:

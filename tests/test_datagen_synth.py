@@ -274,3 +274,29 @@ def test_llm_extractor_and_search_check(world, tokenizer, solves):
     assert item["status"] == ("accepted" if solves else "rejected"), item["reason"]
     if not solves:
         assert item["reason"] == "search: the search agent never found the answer"
+
+
+def test_seed_questions_from_the_world_are_edited(world, tokenizer, tmp_path):
+    """`datagen.seeds`: a world question (its `chain` = source pages) is the base; its statements are its
+    pages' facts that name the answer or another chain page; a seed without pages is a clear error."""
+    from datagen.run import corpus_files, load_seeds
+    from datagen.world import QA_FILES
+
+    cfg = _cfg(world, max_edits=0)
+    pages, world_dir = corpus_files(cfg)
+    store = PageStore.open(pages)
+    seeds = load_seeds(world_dir / QA_FILES["train"], store)
+    engine, model = _engine(tokenizer)
+    models = open_models(replace(cfg.datagen, judge=replace(cfg.datagen.judge, cache="none")), engine=engine)
+    synth = Synthesiser(cfg.datagen, store, models, seeds=seeds)
+    item = asyncio.run(synth.item(len(seeds) + 2))  # cycles: seed 2
+    seed = seeds[2]
+    assert "base" not in model.calls and item["edits"][0]["note"] == f"seed QA {seed.id}"
+    assert item["question"] == seed.question and item["answer"] == seed.answers[0]
+    assert item["pages"] == seed.meta["pages"] and item["hops"] == len(seed.meta["pages"])
+    assert any(seed.answers[0] in s["text"] for s in item["statements"])
+    assert {s["url"] for s in item["statements"]} <= set(item["pages"])
+    bad = tmp_path / "seeds.jsonl"
+    bad.write_text(json.dumps({"question": "Who?", "answer": "Bo", "id": "s1"}) + "\n")
+    with pytest.raises(Exception, match="seed 's1' needs its source pages"):
+        load_seeds(bad, store)
