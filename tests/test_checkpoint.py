@@ -85,3 +85,37 @@ def test_stream_resume_neither_repeats_nor_skips():
     assert keys_epoch0 == {f"0:{i}" for i in range(10)}    # the whole epoch, each key once
     assert [a.item(f"0:{i}") for i in range(10)] != items  # seeded shuffle
     assert sorted(a.item(f"0:{i}") for i in range(10)) == items
+
+
+def test_damaged_latest_falls_back_to_the_previous_valid_one(tmp_path, caplog):
+    first = _save(tmp_path, 1)
+    second = _save(tmp_path, 2)
+    assert (second / "manifest.json").exists() and checkpoint.verify(second) is None
+    with (second / "learner.pt").open("r+b") as f:  # truncated after the commit (a full disk, a bad copy)
+        f.truncate(3)
+    with caplog.at_level("WARNING"):
+        assert checkpoint.latest(tmp_path) == first
+    assert "learner.pt has 3 bytes" in caplog.text and "trying an older one" in caplog.text
+    state = (first / "state.json").read_text()
+    (first / "state.json").write_text(state.replace("1", "7"))  # same size, other content
+    assert "state.json does not match its SHA-256" in checkpoint.verify(first)
+    assert checkpoint.latest(tmp_path) is None
+
+
+def test_nothing_in_the_project_unpickles():
+    """Resuming reads JSON and `torch.load(weights_only=True)` only: a pickle dropped into a run folder is
+    never loaded (the learner's state round-trips under weights_only in tests/test_learner.py)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    offenders = []
+    for package in ("agent", "core", "datagen", "eval", "hexsearch", "serving", "tools", "trainer", "benchmarks"):
+        for path in (root / package).rglob("*.py"):
+            text = path.read_text()
+            if re.search(r"^\s*import pickle|pickle\.loads?\(|cloudpickle\.loads?\(", text, re.MULTILINE):
+                offenders.append(f"{path.relative_to(root)}: pickle")
+            for call in re.findall(r"torch\.load\(.*", text):  # the call's line
+                if "weights_only=True" not in call:
+                    offenders.append(f"{path.relative_to(root)}: {call}")
+    assert offenders == []

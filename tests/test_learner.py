@@ -157,7 +157,7 @@ def test_checkpoint_state_round_trip(tiny_model_spec):
     blob = io.BytesIO()
     torch.save(a.state_dict(), blob)                    # the path a checkpoint takes
     blob.seek(0)
-    b.load_state_dict(torch.load(blob, weights_only=False))
+    b.load_state_dict(torch.load(blob, weights_only=True))  # no pickle on resume
     a.train_step(_samples(seed=1), version=1)
     b.train_step(_samples(seed=1), version=1)          # same optimizer moments -> same next step
     for k, v in a.trainable_state().items():

@@ -1,19 +1,28 @@
-"""Checkpoints: everything needed to continue a run exactly, written atomically.
+"""Checkpoints: everything needed to continue a run exactly, written atomically and durably.
 
     checkpoints/step-N/
         learner.pt       trainable weights (all, or the LoRA adapters), optimizer, LR schedule, torch RNG
+                         (tensors and plain containers only: loaded with `weights_only=True`)
         state.json       step, version, data cursor (+ questions in flight, to re-run), staleness
-                         counters, ledger counters, python RNG
+                         counters, ledger counters
+        rng.json         Python's `random` state, as JSON
         buffer.jsonl     accepted groups not yet consumed (their trajectories, token-exact)
+        manifest.json    size and SHA-256 of every file above
     checkpoints/latest   name of the newest complete checkpoint
 
-A checkpoint is assembled in a `.tmp-*` folder and renamed into place, then `latest` is replaced
-(also by rename), so a crash at any moment leaves either the old or the new checkpoint, never half.
+A checkpoint is assembled in a `.tmp-*` folder, every file and the folder fsynced, renamed into place,
+then `latest` is replaced (also by rename, then fsync of the parent). A crash at any moment leaves the
+old or the new checkpoint, never half; and a checkpoint damaged afterwards (a truncated or altered
+file: its manifest no longer matches) is skipped by `latest()` with a warning, falling back to the
+previous valid one (`keep_checkpoints` >= 2 keeps one to fall back to). Nothing here unpickles: a
+pickle dropped into a run folder is never read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -21,6 +30,58 @@ from pathlib import Path
 from typing import Any
 
 from trainer.buffer import Group
+
+log = logging.getLogger(__name__)
+MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    """fsync a file or a directory (so a rename or a new file survives a power cut)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_manifest(folder: Path) -> None:
+    """Size and SHA-256 of every file of the folder, then fsync of each file and of the folder."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
+    manifest = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    for p in [*files, folder / MANIFEST, folder]:
+        _fsync(p)
+
+
+def verify(path: str | Path) -> str | None:
+    """Why the checkpoint folder is not valid (missing state, a file missing, truncated or altered), or None."""
+    path = Path(path)
+    if not (path / "state.json").exists():
+        return "no state.json"
+    if not (path / MANIFEST).exists():  # written before manifests: nothing to verify against
+        log.warning("checkpoint %s has no manifest.json (an older hexsearch wrote it); not verified", path)
+        return None
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except ValueError as e:
+        return f"unreadable manifest ({e})"
+    for name, want in manifest.items():
+        f = path / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != want["size"]:
+            return f"{name} has {f.stat().st_size} bytes, the manifest says {want['size']}"
+        if _sha256(f) != want["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest"
+    return None
 
 
 def begin(root: str | Path, step: int) -> Path:
@@ -40,6 +101,7 @@ def commit(tmp: Path, step: int, state: dict[str, Any], buffer: list[Group], kee
     with (tmp / "buffer.jsonl").open("w") as f:
         for g in buffer:
             f.write(g.to_json() + "\n")
+    _write_manifest(tmp)
     root = tmp.parent
     final = root / f"step-{step}"
     if final.exists():  # re-saving a step after a resume: move the old one aside first
@@ -49,7 +111,9 @@ def commit(tmp: Path, step: int, state: dict[str, Any], buffer: list[Group], kee
     os.replace(tmp, final)
     latest_tmp = root / f".latest-{uuid.uuid4().hex[:8]}"
     latest_tmp.write_text(final.name)
+    _fsync(latest_tmp)
     os.replace(latest_tmp, root / "latest")
+    _fsync(root)
     _prune(root, keep)
     return final
 
@@ -63,16 +127,22 @@ def _prune(root: Path, keep: int) -> None:
 
 
 def latest(root: str | Path) -> Path | None:
-    """The newest complete checkpoint folder, or None."""
+    """The newest valid checkpoint folder (see `verify`), or None. The one `latest` names is tried first,
+    then every `step-N` from the newest down; each one skipped is logged with the reason."""
     root = Path(root)
+    steps = sorted((p for p in root.glob("step-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1]),
+                   reverse=True)
     pointer = root / "latest"
     if pointer.exists():
-        path = root / pointer.read_text().strip()
-        if (path / "state.json").exists():
+        named = root / pointer.read_text().strip()
+        steps = [named, *(p for p in steps if p != named)]
+    for i, path in enumerate(steps):
+        problem = verify(path)
+        if problem is None:
             return path
-    steps = sorted((p for p in root.glob("step-*") if (p / "state.json").exists()),
-                   key=lambda p: int(p.name.split("-")[1]))
-    return steps[-1] if steps else None
+        later = "; trying an older one" if i + 1 < len(steps) else ""
+        log.warning("checkpoint %s is not valid (%s)%s", path, problem, later)
+    return None
 
 
 def load(path: str | Path) -> tuple[dict[str, Any], list[Group]]:

@@ -80,7 +80,7 @@ class LearnerWorker:
     def load(self, folder: str) -> None:
         import torch
 
-        self.learner.load_state_dict(torch.load(os.path.join(folder, "learner.pt"), weights_only=False))
+        self.learner.load_state_dict(torch.load(os.path.join(folder, "learner.pt"), weights_only=True))
 
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         return self.learner.logprobs(samples)

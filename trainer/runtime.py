@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import pickle
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -194,7 +193,8 @@ class Runtime:
         loop = self.state
         tmp = checkpoint.begin(self.run.checkpoints, loop.step)
         await self.learners.save(str(tmp))
-        (tmp / "rng.pkl").write_bytes(pickle.dumps(random.getstate()))
+        version, internal, gauss = random.getstate()
+        (tmp / "rng.json").write_text(json.dumps({"version": version, "state": list(internal), "gauss": gauss}))
         # one synchronous block: cursor, in-flight keys, counters and buffer form one consistent cut
         state = {"loop": loop.__dict__, "stream": self.stream.state_dict(self.controller.in_flight_keys()),
                  "staleness": self.staleness.state_dict(), "controller": dict(self.controller.stats),
@@ -209,8 +209,9 @@ class Runtime:
             return False
         state, groups = checkpoint.load(path)
         await self.learners.load(str(path))
-        if (path / "rng.pkl").exists():
-            random.setstate(pickle.loads((path / "rng.pkl").read_bytes()))
+        if (path / "rng.json").exists():  # never rng.pkl (older checkpoints): nothing is unpickled
+            rng = json.loads((path / "rng.json").read_text())
+            random.setstate((rng["version"], tuple(rng["state"]), rng["gauss"]))
         self.state = LoopState(**state["loop"])
         self.stream.load_state_dict(state["stream"])
         self.staleness.load_state_dict(state["staleness"])  # accepted restored with the version (#1388)
