@@ -230,6 +230,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     except OmegaConfBaseException as e:
         raise _explain(e, schema, "config") from e
     check_components(cfg)
+    from hexsearch.limits import check_limits
+
+    problem = check_limits(cfg)
+    if problem is not None:
+        raise ConfigError(problem)
     return cfg
 
 

@@ -97,3 +97,41 @@ def test_cli_config_show_rejects_misspelt_key():
     ok = subprocess.run([sys.executable, "-m", "hexsearch.cli", "config", "show", "agent.max_turns=3"],
                         capture_output=True, text=True)
     assert ok.returncode == 0 and "max_turns: 3" in ok.stdout
+
+
+@pytest.mark.parametrize("override, message", [
+    ("agent.max_turns=-5", "agent.max_turns: -5 is out of range: it must be at least 1 and at most 1000"),
+    ("train.lr=-1", "train.lr: -1 is out of range: it must be above 0"),
+    ("train.batch_size=0", "train.batch_size: 0 is out of range: it must be at least 1"),
+    ("tools.retries=-1", "tools.retries: -1 is out of range: it must be at least 0"),
+    ("agent.top_p=1.5", "agent.top_p: 1.5 is out of range: it must be above 0 and at most 1"),
+    ("train.lr=nan", "train.lr: nan is not a finite number"),
+    ("datagen.min_hops=5", "datagen.min_hops=5 is larger than datagen.max_hops=4"),
+])
+def test_out_of_range_values_are_config_errors(override, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert str(e.value) == message
+
+
+def test_limits_tables_name_real_fields_and_allow_the_defaults():
+    from hexsearch.limits import MAY_BE_NEGATIVE, RANGES, RELATIONS, check_limits, numeric_fields
+
+    fields = set(numeric_fields(HexConfig))
+    named = set(RANGES) | MAY_BE_NEGATIVE | {name for pair in RELATIONS for name in pair}
+    assert named <= fields, named - fields  # a renamed field must not leave a dead rule behind
+    assert check_limits(HexConfig()) is None
+    assert load_config(None, ["eval.temperature=-1", "agent.invalid_penalty=-1"]).agent.invalid_penalty == -1
+
+
+@pytest.mark.parametrize("row, message", [(None, "no such QA file"), ('{"question": 5}', ":1: 'question' must be")])
+def test_train_bad_dataset_is_one_line_and_makes_no_run_folder(tmp_path, row, message):
+    data = tmp_path / "qa.jsonl"
+    if row is not None:
+        data.write_text(row + "\n")
+    proc = subprocess.run([sys.executable, "-m", "hexsearch.cli", "train", f"train.data={data}",
+                           f"run.root={tmp_path / 'runs'}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and line.startswith(f"hexsearch: train.data: {data}") and message in line
+    assert not (tmp_path / "runs").exists()

@@ -28,12 +28,11 @@ def run_training(config: str | None, overrides: list[str] | None, resume: str | 
         if not (run_path / "config.yaml").exists():
             raise UserError(f"--resume {resume}: not a run folder (no config.yaml)")
         cfg = config_from_cli(str(run_path / "config.yaml"), overrides)
-        run = RunDir(run_path)
     else:
         cfg = config_from_cli(config, overrides)
-        run = open_run(cfg, "train")
+    _check(cfg)  # before a run folder is made: a bad config leaves nothing behind
+    run = RunDir(Path(resume)) if resume else open_run(cfg, "train")
     setup_logging(cfg.run.log_level, run.log)
-    _check(cfg)
     from trainer.train import train
 
     typer.echo(f"run folder: {run.path}", err=True)
@@ -55,17 +54,24 @@ def _stop_on_sigterm() -> None:
 
 
 def _check(cfg) -> None:
-    """Fail before Ray starts on what would fail later. Fixed choices were checked when the config loaded;
-    the staleness/concurrency ranges are the StalenessController's own check, run here early."""
+    """Fail before Ray starts on what would fail later. Fixed choices and value ranges were checked when the
+    config loaded (hexsearch/limits.py); the staleness/concurrency relation is the StalenessController's own
+    check, run here early; the QA files are read once so a bad row is a one-line error."""
     from trainer.staleness import StalenessController
 
+    from agent.qa import DataError, load_qa
+
     t = cfg.train
-    if t.steps < 0:
-        raise UserError(f"train.steps must be >= 0, got {t.steps}")
     try:
         StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
     except ValueError as e:
         raise UserError(f"train: {e}") from e
+    for key, path in (("train.data", t.data), ("train.dev_data", t.dev_data if not t.eval_suite else "")):
+        if path:
+            try:
+                load_qa(path)
+            except DataError as e:  # a missing file or a bad row: one line naming the file and line
+                raise UserError(f"{key}: {e}") from None
 
 
 def register(app: typer.Typer) -> None:
