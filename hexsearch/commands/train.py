@@ -57,9 +57,8 @@ def _check(cfg) -> None:
     """Fail before Ray starts on what would fail later. Fixed choices and value ranges were checked when the
     config loaded (hexsearch/limits.py); the staleness/concurrency relation is the StalenessController's own
     check, run here early; the QA files are read once so a bad row is a one-line error."""
-    from trainer.staleness import StalenessController
-
     from agent.qa import DataError, load_qa
+    from trainer.staleness import StalenessController
 
     t = cfg.train
     try:
