@@ -4,7 +4,6 @@ VENV ?= .venv
 HEX := $(VENV)/bin/hexsearch
 PYTEST_ARGS ?=
 
-export RAY_AUTH_MODE := disabled
 export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup demo test test-slow bench lint clean

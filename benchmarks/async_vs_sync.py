@@ -27,7 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HEXSEARCH_QUIET", "1")
 
 WORKLOAD = """

@@ -34,7 +34,6 @@ app = typer.Typer(
 def _root(quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or status output.")) -> None:
     if quiet:
         os.environ["HEXSEARCH_QUIET"] = "1"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # transformers' per-load "Loading weights" bars say nothing a user needs; our own progress stays
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -43,7 +43,6 @@ def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False)
 
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # Ray starts workers at niceness 15; here the workers *are* the job (engines, learners), so on a
     # shared machine they must not yield to every other process.
     os.environ.setdefault("RAY_worker_niceness", "0")
@@ -64,5 +63,6 @@ def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False)
         return
     # Local: logical CPUs are bookkeeping, not threads; declare enough for the configured roles.
     cpus = max(float(os.cpu_count() or 1), requested_cpus(cfg, embedded, judge_actor))
+    # Ray's token authentication stays on (its default): nothing joins or calls the cluster without the token.
     ray.init(num_cpus=int(cpus + 0.999), include_dashboard=False, runtime_env=env, log_to_driver=True,
              configure_logging=False)
