@@ -137,6 +137,13 @@ class TrainConfig:
     judge_resources: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.0, threads=1))
     """Placement of the LLM judge's engine actor, started when `agent.reward_fn=judge` with the `embedded`
     judge backend (every rollout worker reaches it; remote judge backends need no actor)."""
+    max_question_attempts: int = 3
+    """Times one question's group is run when an episode ends for an infrastructure reason (`engine_error`,
+    `engine_abort`, `agent_error`): such a group is lost, never trained on, and its question re-queued up to
+    this many runs, then skipped (logged as `skip` in rollouts.jsonl)."""
+    max_consecutive_failures: int = 20
+    """Failed groups in a row (an infrastructure stop reason, or the episode code raised) after which
+    training stops with an error naming the last failure, instead of admitting questions forever."""
     worker_max_restarts: int = 3
     """Times Ray restarts a crashed rollout worker; its lost groups are re-run."""
     tool_latency_median_s: float = 0.0

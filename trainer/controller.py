@@ -4,8 +4,14 @@ It runs on the driver's asyncio loop. Admission: while `staleness.try_admit()` a
 next question from the stream and send the group to the least busy rollout worker. Completion:
 
     worker returned          -> `reject` filter and no reward variance ? rejected : accepted (buffer)
-    episode code raised      -> rejected (the question is not retried: the error would repeat)
+    an episode ended in engine_error / engine_abort / agent_error
+                             -> failed group: never trained on; the question is re-queued, at most
+                                `max_question_attempts` runs in all, then skipped
+    episode code raised      -> failed (the question is not retried: the error would repeat)
     worker died (Ray error)  -> lost: slot freed, question re-queued, run again on a restarted worker
+
+`max_consecutive_failures` failed groups in a row stop the run with the last error (a bad agent config
+fails every group; admitting questions forever would hide it).
 
 Consumption (`next_batch`) takes the oldest accepted groups and refuses any whose oldest token is
 more than max_staleness versions behind the learner (per-sample bound); a refused group frees its
@@ -26,6 +32,8 @@ from trainer.data import QuestionStream
 from trainer.staleness import StalenessController
 
 LOST_ERRORS: tuple[type[BaseException], ...] = ()
+INFRA_STOPS = frozenset({"engine_error", "engine_abort", "agent_error"})
+"""Stop reasons that say the episode failed, not the policy: such an episode is never training data."""
 
 
 def _lost_errors() -> tuple[type[BaseException], ...]:
@@ -40,7 +48,8 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
 class RolloutController:
     def __init__(self, *, stream: QuestionStream, workers: list[Any], staleness: StalenessController,
                  buffer: GroupBuffer, group_size: int, filter_groups: str = "drop", seed: int = 0,
-                 ledger: str | Path | None = None, max_worker_losses: int = 4):
+                 ledger: str | Path | None = None, max_worker_losses: int = 4, max_question_attempts: int = 3,
+                 max_consecutive_failures: int = 20):
         self.stream, self.workers, self.staleness, self.buffer = stream, workers, staleness, buffer
         self.group_size, self.filter_groups, self.seed = group_size, filter_groups, seed
         self.ledger = Path(ledger) if ledger else None
@@ -49,7 +58,12 @@ class RolloutController:
         self.attempts: dict[str, int] = {}
         self.losses = [0] * len(workers)
         self.max_worker_losses = max_worker_losses
-        self.stats = {"accepted": 0, "rejected": 0, "lost": 0, "failed": 0, "refused": 0, "gen_tokens": 0}
+        self.max_question_attempts = max_question_attempts
+        self.max_consecutive_failures = max_consecutive_failures
+        self.failures_in_a_row = 0
+        self.fatal: BaseException | None = None
+        self.stats = {"accepted": 0, "rejected": 0, "lost": 0, "failed": 0, "skipped": 0, "refused": 0,
+                      "gen_tokens": 0}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._paused = False
@@ -91,6 +105,8 @@ class RolloutController:
     # -- admission ---------------------------------------------------------------------------
     async def _admit_loop(self) -> None:
         while True:
+            if self.fatal is not None:
+                raise self.fatal
             while not self._paused and self.staleness.try_admit():
                 key, question = self.stream.next()
                 self._launch(key, question)
@@ -129,11 +145,16 @@ class RolloutController:
             return
         except Exception as e:  # the episode code itself failed: count it, do not retry forever
             self._finish(key, w)
-            self.staleness.on_reject()
-            self.stats["failed"] += 1
-            self._log("failed", key=key, error=f"{type(e).__name__}: {str(e)[:300]}", **self._counts())
+            self._failed(key, f"{type(e).__name__}: {str(e)[:300]}", retry=False)
             return
         self._finish(key, w)
+        broken = [t for t in trajectories if t.stop_reason in INFRA_STOPS]
+        if broken:  # never scored 0 and trained on: the episode failed, not the policy
+            errors = (broken[0].meta or {}).get("error", "")
+            self._failed(key, f"{len(broken)}/{len(trajectories)} episodes ended in {broken[0].stop_reason}"
+                         + (f": {errors}" if errors else ""), retry=True)
+            return
+        self.failures_in_a_row = 0
         group = Group(key=key, question_id=str(getattr(question, "id", key)), trajectories=trajectories,
                       admitted_version=version)
         self.stats["gen_tokens"] += sum(t.num_generated for t in trajectories)
@@ -147,6 +168,26 @@ class RolloutController:
         self.buffer.put(group)
         self._log("accept", key=key, seq=group.seq, min_version=group.min_version, rewards=group.rewards,
                   **self._counts())
+
+    def _failed(self, key: str, error: str, *, retry: bool) -> None:
+        """A group that must not be trained on: re-queue its question while attempts remain (`retry`), else
+        skip it; stop the run after `max_consecutive_failures` in a row."""
+        self.staleness.on_reject()
+        self.stats["failed"] += 1
+        self.failures_in_a_row += 1
+        again = retry and self.attempts.get(key, 0) < self.max_question_attempts
+        if again:
+            self.stream.requeue(key)
+        else:
+            self.stats["skipped"] += retry
+        self._log("failed", key=key, error=error, requeued=again, **self._counts())
+        if retry and not again:
+            self._log("skip", key=key, attempts=self.attempts.get(key, 0), **self._counts())
+        if self.failures_in_a_row >= self.max_consecutive_failures and self.fatal is None:
+            # raised by the admission loop, which `next_batch` watches: the trainer stops with this error
+            self.fatal = RuntimeError(f"{self.failures_in_a_row} rollout groups failed in a row "
+                                      f"(train.max_consecutive_failures); the last: {error}")
+            self._wake.set()
 
     def _finish(self, key: str, w: int) -> None:
         self.in_flight.pop(key, None)

@@ -107,7 +107,8 @@ class Runtime:
         self.controller = RolloutController(
             stream=self.stream, workers=self.workers, staleness=self.staleness, buffer=self.buffer,
             group_size=t.group_size, filter_groups=t.filter_groups, seed=cfg.run.seed,
-            ledger=self.run.path / "rollouts.jsonl", max_worker_losses=t.worker_max_restarts + 1)
+            ledger=self.run.path / "rollouts.jsonl", max_worker_losses=t.worker_max_restarts + 1,
+            max_question_attempts=t.max_question_attempts, max_consecutive_failures=t.max_consecutive_failures)
         self.sync = WeightSync(self.engines, self.learners, in_memory=embedded,
                                folder=self.run.path / "weights", pause_mode="abort")
         self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
