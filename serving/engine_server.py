@@ -176,8 +176,11 @@ def create_app(engine: Any, model_name: str | None = None) -> FastAPI:
     @app.post("/detokenize")
     async def detokenize(http: Request) -> dict:
         ids = (await _json(http)).get("tokens")
-        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise BadRequest("detokenize needs 'tokens', a list of token ids")
+        bad = next((t for t in ids if not 0 <= t < len(tok)), None)
+        if bad is not None:  # the tokenizer would raise (a 500) or return garbage
+            raise BadRequest(f"token id {bad} is out of range: the vocabulary has {len(tok)} ids")
         return {"prompt": tok.decode(ids)}
 
     @app.post("/pause")

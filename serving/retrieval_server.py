@@ -21,6 +21,7 @@ await, so the event loop never blocks and never fights the encoder for the GIL.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -41,6 +42,63 @@ from tools.retriever import Retriever
 from tools.runners import ProcessRunner, ThreadRunner, default_workers
 
 MAX_TOPK = 1000
+MAX_QUERIES = 1024
+"""Most queries (or urls) in one request."""
+MAX_QUERY_CHARS = 4096
+"""Longest query."""
+MAX_RESULTS = 100_000
+"""Most queries x topk in one request (what the response holds)."""
+MAX_BODY_BYTES = 8 << 20
+"""Largest request body; larger ones get 413 before any of it is parsed."""
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, by its Content-Length or, for a chunked body,
+    as soon as the bytes received pass the limit (at most `limit` bytes are ever held)."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await self._too_large(send)
+        messages, seen = [], 0  # read the body here, never past the limit, then hand it on
+        while True:
+            message = await receive()
+            messages.append(message)
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                return await self._too_large(send)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+
+        async def replay() -> dict:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Any) -> None:
+        body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _check_request(queries: list[str], topk: int) -> None:
+    """422 for a request over the limits (see MAX_* above), with what was asked and the limit."""
+    if not 1 <= topk <= MAX_TOPK:
+        raise HTTPException(status_code=422, detail=f"topk must be between 1 and {MAX_TOPK}, got {topk}")
+    if len(queries) > MAX_QUERIES:
+        raise HTTPException(status_code=422, detail=f"{len(queries)} queries in one request; at most {MAX_QUERIES}")
+    longest = max((len(q) for q in queries), default=0)
+    if longest > MAX_QUERY_CHARS:
+        raise HTTPException(status_code=422, detail=f"a query of {longest} characters; at most {MAX_QUERY_CHARS}")
+    if len(queries) * topk > MAX_RESULTS:
+        raise HTTPException(status_code=422, detail=f"{len(queries)} queries x topk {topk} = "
+                                                    f"{len(queries) * topk} results; at most {MAX_RESULTS}")
 
 
 class QueryRequest(BaseModel):
@@ -106,14 +164,14 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
         await batcher.aclose()
 
     app = FastAPI(title="hexsearch retrieval", lifespan=lifespan)
+    app.add_middleware(BodyLimit)
     app.state.batcher = batcher
 
     @app.post("/retrieve")
     async def retrieve(req: QueryRequest) -> JSONResponse:
         t0 = time.perf_counter()
         topk = default_topk if req.topk is None else req.topk
-        if not 1 <= topk <= MAX_TOPK:
-            raise HTTPException(status_code=422, detail=f"topk must be between 1 and {MAX_TOPK}, got {topk}")
+        _check_request(req.queries, topk)
         try:
             hits = await batcher.search(req.queries, topk)
         except Exception as e:  # noqa: BLE001 - a dead/failed worker is the server's problem: 503, retryable
@@ -128,6 +186,8 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
     @app.post("/access")
     async def access(req: AccessRequest) -> JSONResponse:
         t0 = time.perf_counter()
+        if len(req.urls) > MAX_QUERIES:
+            raise HTTPException(status_code=422, detail=f"{len(req.urls)} urls in one request; at most {MAX_QUERIES}")
         if pages is None:
             result: list[Any] = [None] * len(req.urls)
         else:

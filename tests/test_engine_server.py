@@ -265,3 +265,13 @@ async def test_protocol_suite_through_the_remote_client(server, folders):
         await suite.check_weight_update(engine, folders["changed"], folders["original"], exact=EXACT)
     finally:
         await engine.aclose()
+
+
+def test_tokenize_round_trip_and_bad_token_ids_are_400(server, tokenizer):
+    ids = post(server, "/tokenize", {"prompt": "Hello world", "add_special_tokens": False}).json()["tokens"]
+    assert ids == tokenizer.encode("Hello world", add_special_tokens=False)
+    assert post(server, "/detokenize", {"tokens": ids}).json()["prompt"] == "Hello world"
+    for bad in ([len(tokenizer) + 5], [-1], [True], "12"):
+        got = post(server, "/detokenize", {"tokens": bad})
+        assert got.status_code == 400, (bad, got.text)
+    assert "out of range" in post(server, "/detokenize", {"tokens": [10**9]}).text

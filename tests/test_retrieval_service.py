@@ -220,3 +220,34 @@ def test_cli_serve_retrieval(world, tmp_path, qs):
     bad = subprocess.run([sys.executable, "-m", "hexsearch.cli", "serve", "retrieval", "--index", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "not an index folder" in bad.stderr
+
+
+def test_oversized_requests_are_refused_quickly_while_small_ones_are_served(service):
+    from serving.retrieval_server import MAX_BODY_BYTES, MAX_QUERIES, MAX_QUERY_CHARS, MAX_RESULTS
+
+    too_many = post(service, "/retrieve", {"queries": ["q"] * (MAX_QUERIES + 1)})
+    assert too_many.status_code == 422 and f"at most {MAX_QUERIES}" in too_many.text
+    too_long = post(service, "/retrieve", {"queries": ["x" * (MAX_QUERY_CHARS + 1)]})
+    assert too_long.status_code == 422 and "characters" in too_long.text
+    too_wide = post(service, "/retrieve", {"queries": ["q"] * 200, "topk": MAX_RESULTS // 100})
+    assert too_wide.status_code == 422 and "results" in too_wide.text
+    assert post(service, "/access", {"urls": ["u"] * (MAX_QUERIES + 1)}).status_code == 422
+
+    async def race() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        huge = b'{"queries": ["' + b"x" * (MAX_BODY_BYTES + 10) + b'"]}'
+
+        async def chunks():  # no Content-Length: the limit must hold while the body streams in
+            for i in range(0, len(huge), 1 << 16):
+                yield huge[i:i + (1 << 16)]
+
+        async with httpx.AsyncClient(timeout=60) as c:
+            headers = {"content-type": "application/json"}
+            big = asyncio.ensure_future(c.post(service.url + "/retrieve", content=huge, headers=headers))
+            streamed = asyncio.ensure_future(c.post(service.url + "/retrieve", content=chunks(), headers=headers))
+            small = await c.post(service.url + "/retrieve", json={"queries": ["who founded the city"]})
+            return await big, await streamed, small
+
+    big, streamed, small = asyncio.run(race())
+    assert big.status_code == 413 and "request body over" in big.text
+    assert streamed.status_code == 413
+    assert small.status_code == 200 and len(small.json()["result"][0]) == 3
