@@ -14,6 +14,10 @@ RL control     POST /pause?mode=abort|wait|keep, POST /resume, GET /is_paused, P
                POST /update_weight_version {"new_version": n};  GET /weight_info
                POST /reset_prefix_cache (drops KV kept for sticky request ids);  GET /load
 
+Security: with HEXSEARCH_ENGINE_TOKEN set, the RL control routes need `Authorization: Bearer <token>` (the
+remote engine client sends it from the same variable); binding a non-loopback address requires it.
+`--weights-root` limits the folders a weight update may load.
+
 Sticky routing: a `request_id` body field or an `X-Request-Id` header names the trajectory, so the engine
 reuses that trajectory's KV cache on its next turn. Bad requests get HTTP 400 with a message, never a crash.
 """
@@ -65,9 +69,44 @@ async def _json(request: Request) -> dict[str, Any]:
     return body
 
 
-def create_app(engine: Any, model_name: str | None = None) -> FastAPI:
-    """The FastAPI app serving `engine` (any InferenceEngine; the embedded engine adds top log-probs)."""
+CONTROL_PATHS = frozenset({"/pause", "/resume", "/abort_requests", "/update_weights", "/collective_rpc",
+                           "/update_weight_version", "/reset_prefix_cache"})
+"""Routes that change what the engine serves: behind the control token when one is set."""
+TOKEN_ENV = "HEXSEARCH_ENGINE_TOKEN"
+"""Environment variable holding the control token (the server requires it, the remote client sends it)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address or name."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(engine: Any, model_name: str | None = None, *, control_token: str | None = None,
+               weights_root: str | None = None) -> FastAPI:
+    """The FastAPI app serving `engine` (any InferenceEngine; the embedded engine adds top log-probs).
+
+    `control_token`: the RL control routes (CONTROL_PATHS) answer 401 without `Authorization: Bearer
+    <token>`. `weights_root`: weight updates may only load folders inside it (403 otherwise)."""
+    import hmac
+    from pathlib import Path
+
     app = FastAPI(title="hexsearch engine server")
+    root = Path(weights_root).resolve() if weights_root else None
+
+    @app.middleware("http")
+    async def _control_auth(request: Request, call_next: Any) -> Any:
+        if control_token and request.url.path in CONTROL_PATHS:
+            sent = request.headers.get("authorization", "")
+            if not hmac.compare_digest(sent.encode(), f"Bearer {control_token}".encode()):
+                return _error(401, f"{request.url.path} needs 'Authorization: Bearer <token>'", "AuthenticationError")
+        return await call_next(request)
     name = model_name or getattr(engine, "name", None) or "model"
     tok = engine.tokenizer
     max_len = getattr(engine, "max_model_len", None)
@@ -213,6 +252,8 @@ def create_app(engine: Any, model_name: str | None = None) -> FastAPI:
     async def load(path: Any, version: int) -> dict:
         if not isinstance(path, str) or not path:
             raise BadRequest("a weights folder path is required ('path' or 'weights_path')")
+        if root is not None and not Path(path).resolve().is_relative_to(root):
+            return _error(403, f"weights path {path} is outside the server's weights root {root}", "PermissionError")
         await engine.update_weights(path, version)
         return {"status": "ok", "version": engine.version}
 
@@ -264,12 +305,16 @@ def create_app(engine: Any, model_name: str | None = None) -> FastAPI:
 
 
 def serve(engine: Any, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
-          log_level: str = "warning") -> None:
-    """Run the server in this process until interrupted; prints the bound address (port 0 picks a free one)."""
+          log_level: str = "warning", control_token: str | None = None, weights_root: str | None = None) -> None:
+    """Run the server in this process until interrupted; prints the bound address (port 0 picks a free one).
+    A non-loopback `host` needs a `control_token` (ValueError otherwise)."""
     import uvicorn
 
-    config = uvicorn.Config(create_app(engine, model_name), host=host, port=port, log_level=log_level,
-                            access_log=False)
+    if not is_loopback(host) and not control_token:
+        raise ValueError(f"binding {host} (not loopback) needs a control token: set {TOKEN_ENV} (the RL control "
+                         "routes would otherwise let anyone on the network pause the engine or swap its weights)")
+    app = create_app(engine, model_name, control_token=control_token, weights_root=weights_root)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
     server = uvicorn.Server(config)
 
     async def main() -> None:

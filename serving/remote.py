@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -254,8 +255,12 @@ class RemoteEngine(ABC):
         # Idle connections are dropped after 2 s, before servers do (uvicorn closes them after 5 s):
         # reusing one the server is closing fails as "disconnected", which would look like a lost reply.
         limits = httpx.Limits(max_connections=4096, max_keepalive_connections=256, keepalive_expiry=2.0)
+        # Environment proxies are ignored (as the tools do): engine traffic stays on the configured address.
+        # The control token of our engine server, when set, goes with every call.
+        token = os.environ.get("HEXSEARCH_ENGINE_TOKEN")
         self._client = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(
-            self.request_timeout_s, connect=self.connect_timeout_s))
+            self.request_timeout_s, connect=self.connect_timeout_s), trust_env=False,
+            headers={"Authorization": f"Bearer {token}"} if token else None)
         self._gate = asyncio.Event()
         if not self._paused:
             self._gate.set()

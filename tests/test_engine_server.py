@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 
@@ -275,3 +276,44 @@ def test_tokenize_round_trip_and_bad_token_ids_are_400(server, tokenizer):
         got = post(server, "/detokenize", {"tokens": bad})
         assert got.status_code == 400, (bad, got.text)
     assert "out of range" in post(server, "/detokenize", {"tokens": [10**9]}).text
+
+
+def test_control_routes_need_the_token_and_weights_stay_under_the_root(tmp_path, monkeypatch):
+    """With HEXSEARCH_ENGINE_TOKEN set, pause/resume/update_weights answer 401 without the bearer token (generation
+    stays open); `--weights-root` refuses folders outside it; the remote engine client sends the token."""
+    from serving.config import EngineConfig
+    from serving.factory import build_engine
+
+    root = tmp_path / "weights"
+    root.mkdir()
+    env = {"HEXSEARCH_ENGINE_TOKEN": "s3cret-token"}
+    srv = start_engine_server("tiny-random", dtype="float32", max_batch_size=4, env=env,
+                              extra_args=["--weights-root", str(root)], run_dir=tmp_path)
+    try:
+        assert httpx.post(f"{srv.url}/pause").status_code == 401
+        assert httpx.post(f"{srv.url}/update_weights", json={"path": str(root)}).status_code == 401
+        ok = httpx.post(f"{srv.url}/v1/completions", json={"prompt": [504, 2365], "max_tokens": 2}, timeout=120)
+        assert ok.status_code == 200
+        auth = {"Authorization": "Bearer s3cret-token"}
+        assert httpx.post(f"{srv.url}/pause", headers=auth).status_code == 200
+        assert httpx.post(f"{srv.url}/resume", headers=auth).status_code == 200
+        outside = httpx.post(f"{srv.url}/update_weights", json={"path": str(tmp_path)}, headers=auth)
+        assert outside.status_code == 403 and "outside the server's weights root" in outside.text
+        monkeypatch.setenv("HEXSEARCH_ENGINE_TOKEN", "s3cret-token")
+        client = build_engine(EngineConfig(backend="http", urls=[srv.url], model="tiny-random"))
+
+        async def control() -> None:
+            await client.pause("abort")
+            await client.resume()
+            await client.aclose()
+
+        asyncio.run(control())
+    finally:
+        srv.stop()
+
+
+def test_serving_beyond_loopback_needs_a_token():
+    proc = subprocess.run([sys.executable, "-m", "hexsearch.cli", "serve", "engine", "--model", "tiny-random",
+                           "--host", "0.0.0.0", "--port", "0"], capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "HEXSEARCH_ENGINE_TOKEN"})
+    assert proc.returncode == 2 and "needs a control token" in proc.stderr and "Traceback" not in proc.stderr

@@ -30,6 +30,8 @@ def register(serve_app: typer.Typer) -> None:
         threads: int = typer.Option(0, "--threads", help="Torch CPU threads (0: torch's default)."),
         served_model_name: str = typer.Option("", "--served-model-name", help="Model name in the API (default: spec)."),
         log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+        weights_root: str = typer.Option("", "--weights-root", help="Only load weight updates from folders "
+                                         "inside this one (default: any folder)."),
     ) -> None:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from serving.embedded import EmbeddedEngine
@@ -43,4 +45,10 @@ def register(serve_app: typer.Typer) -> None:
                                     threads=threads)
         except (ModelNotFound, ValueError) as e:
             raise UserError(str(e)) from e
-        serve(engine, host=host, port=port, model_name=served_model_name or model, log_level=log_level)
+        from serving.engine_server import TOKEN_ENV
+
+        try:
+            serve(engine, host=host, port=port, model_name=served_model_name or model, log_level=log_level,
+                  control_token=os.environ.get(TOKEN_ENV) or None, weights_root=weights_root or None)
+        except ValueError as e:
+            raise UserError(str(e)) from e
