@@ -190,3 +190,33 @@ def test_chunking_respects_boundaries():
     assert not truncated and all(len(c) <= 1000 for c in chunks)
     assert " ".join(" ".join(chunks).split()) == " ".join(text.split())  # nothing lost, nothing split mid-word
     assert extract_pdf(make_pdf("Hello PDF")).text == "Hello PDF"
+
+
+async def test_gzip_is_inflated_and_a_bomb_costs_no_more_than_the_cap(web):
+    import tracemalloc
+
+    tool = access(max_bytes=1_000_000)
+    plain = await tool({"url": web.url("/gzip")})
+    assert plain.ok and "Veyra Lighthouse" in plain.text
+    web.url("/gzip-bomb?mb=300")  # the server builds its ~300 KB body before we measure
+    tracemalloc.start()
+    try:
+        obs = await tool({"url": web.url("/gzip-bomb?mb=300")})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert obs.ok and obs.meta["bytes"] == 1_000_000 and obs.data["body_truncated"]
+    assert peak < 30_000_000  # httpx's decoder would inflate a whole 64 KB network chunk: ~64 MB
+
+
+async def test_ports_other_than_80_and_443_are_refused():
+    from tools.urlguard import UrlGuard, UrlRefused
+
+    guard = UrlGuard()
+    for url in ("http://example.com:8080/", "https://example.com:6379/x", "http://93.184.215.14:22/"):
+        with pytest.raises(UrlRefused, match="refused port"):
+            guard.check_url(url)
+    assert guard.check_url("https://example.com:443/a").port in (None, 443)
+    assert str(UrlGuard(ports=[8443]).check_url("https://example.com:8443/")).endswith(":8443/")
+    obs = await AccessTool(fetcher=PageFetcher(guard))({"url": "http://example.com:5432/"})
+    assert not obs.ok and "refused port 5432" in obs.error

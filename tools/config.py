@@ -65,6 +65,8 @@ class ToolsConfig:
     """Dollars per Serper query, for cost accounting."""
     allow_hosts: list[str] = field(default_factory=list)
     """Hosts or CIDRs page access may fetch even though they are private/loopback (e.g. a test fixture server)."""
+    allow_ports: list[int] = field(default_factory=lambda: [80, 443])
+    """Ports page access may fetch on hosts that are not in `allow_hosts`."""
     web_access: bool = True
     """Let `access` fetch URLs that are not in the local page store (through the URL guard)."""
     pages_path: str = ""

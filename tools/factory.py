@@ -95,7 +95,7 @@ def build_access_tool(cfg: ToolsConfig, pages: PageStore | None = None, cache: T
         pages = open_page_store(cfg.pages_path)
     fetcher = None
     if cfg.web_access:
-        fetcher = PageFetcher(UrlGuard(cfg.allow_hosts), max_bytes=cfg.max_page_bytes, max_redirects=cfg.max_redirects,
+        fetcher = PageFetcher(UrlGuard(cfg.allow_hosts, ports=cfg.allow_ports), max_bytes=cfg.max_page_bytes, max_redirects=cfg.max_redirects,
                               content_types=cfg.content_types, read_timeout_s=cfg.timeout_s,
                               max_connections=max(cfg.max_concurrency, 1))
     return AccessTool(pages=pages, fetcher=fetcher, chunk_chars=cfg.page_chunk_chars, max_chunks=cfg.max_page_chunks,

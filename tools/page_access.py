@@ -3,7 +3,8 @@
 Fetching (`PageFetcher`): httpx with `GuardedTransport` (every TCP connection is checked and
 pinned to the checked address, see tools/urlguard.py); redirects are followed by hand so every
 hop's URL is checked again and loops are caught; the body is streamed and cut at `max_bytes`
-(decompressed bytes, so a gzip bomb is bounded too); only allowlisted content types are read;
+(decompressed bytes, inflated incrementally with an output limit, so a gzip bomb never allocates more than
+the cap); only allowlisted content types are read;
 cookies are never stored, so episodes cannot leak state into each other through a site.
 HTML/text over the cap is kept up to the cap and marked truncated; a PDF over the cap is refused
 (a PDF prefix is unreadable). The tool's per-attempt timeout caps the whole fetch, including
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import http.cookiejar
 import weakref
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -69,7 +71,7 @@ class PageFetcher:
             client = httpx.AsyncClient(
                 transport=GuardedTransport(self.guard, max_connections=self.max_connections),
                 follow_redirects=False, trust_env=False, timeout=self.timeout, cookies=no_cookies,
-                headers={"User-Agent": self.user_agent,
+                headers={"User-Agent": self.user_agent, "Accept-Encoding": "gzip, deflate",
                          "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,application/pdf;q=0.8,*/*;q=0.1"})
             self._clients[loop] = client
         return client
@@ -107,15 +109,7 @@ class PageFetcher:
         declared = int(resp.headers.get("content-length") or 0) if resp.headers.get("content-length", "").isdigit() else 0
         if ctype in PDF_TYPES and declared > self.max_bytes:
             raise ToolError(f"PDF of {declared} bytes exceeds the {self.max_bytes}-byte cap")
-        body = bytearray()
-        truncated = False
-        async for chunk in resp.aiter_bytes():
-            room = self.max_bytes - len(body)
-            if len(chunk) > room:
-                body += chunk[:room]
-                truncated = True
-                break
-            body += chunk
+        body, truncated = await self._body(resp)
         if not ctype:
             ctype = sniff_type(bytes(body))
             if ctype not in self.content_types:
@@ -124,6 +118,33 @@ class PageFetcher:
             raise ToolError(f"PDF exceeds the {self.max_bytes}-byte cap")
         return Fetched(url=url, final_url=str(current), status=resp.status_code, content_type=ctype,
                        charset=charset, body=bytes(body), truncated=truncated, redirects=redirects)
+
+    async def _body(self, resp: httpx.Response) -> tuple[bytearray, bool]:
+        """(at most `max_bytes` of decoded body, whether it was cut). Compressed bodies are inflated here,
+        never more than the room left (`max_length`), so a gzip bomb costs no more memory than the cap;
+        httpx's own decoder would inflate each network chunk whole."""
+        encoding = resp.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", "", "gzip", "x-gzip", "deflate"):
+            raise ToolError(f"unsupported content encoding '{encoding}'")
+        inflate = None if encoding in ("identity", "") else zlib.decompressobj(47 if "gzip" in encoding else 15)
+        body = bytearray()
+        async for raw in resp.aiter_raw():
+            data = raw
+            while data:
+                room = self.max_bytes - len(body)
+                if inflate is None:
+                    chunk, data = data[:room], data[room:]
+                else:
+                    try:
+                        chunk = inflate.decompress(data, max(room, 1))
+                    except zlib.error as e:
+                        raise ToolError(f"corrupt {encoding} body: {e}") from None
+                    data = inflate.unconsumed_tail
+                if len(chunk) > room or (data and len(body) + len(chunk) >= self.max_bytes):
+                    body += chunk[:room]
+                    return body, True
+                body += chunk
+        return body, False
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()

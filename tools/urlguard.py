@@ -25,7 +25,10 @@ certificate against the original host name (SNI), so pinning the IP does not wea
 Every redirect hop is a new connection and therefore goes through the same check; `check_url`
 additionally refuses bad schemes, credentials and literal addresses before any connection.
 
-An explicit allowlist (host names, `*.suffix` wildcards, IPs or CIDRs) overrides the address
+Only ports 80 and 443 are fetched (`ports`): a model-chosen URL must not reach a database or an
+admin port on a public host.
+
+An explicit allowlist (host names, `*.suffix` wildcards, IPs or CIDRs) overrides the address and port
 checks — never the scheme and credential checks. Tests use it for the loopback fixture server.
 """
 
@@ -202,7 +205,9 @@ async def system_resolver(host: str, port: int) -> list[str]:
 class UrlGuard:
     """Decides which URLs and addresses page access may reach; see the module docstring."""
 
-    def __init__(self, allow: Iterable[str] = (), resolver: Resolver | None = None):
+    def __init__(self, allow: Iterable[str] = (), resolver: Resolver | None = None,
+                 ports: Iterable[int] = (80, 443)):
+        self.ports = frozenset(ports)
         self.allow_names: set[str] = set()
         self.allow_suffixes: list[str] = []
         self.allow_networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
@@ -276,6 +281,10 @@ class UrlGuard:
         ip = parse_ip(host)
         if ip is not None:
             self.check_ip(ip, host)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        if port not in self.ports:
+            raise UrlRefused(f"refused port {port}: only ports {', '.join(map(str, sorted(self.ports)))} are "
+                             "fetched (tools.allow_ports)")
         return parsed
 
     def _explain_unparseable(self, url: str) -> None:
