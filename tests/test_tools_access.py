@@ -220,3 +220,19 @@ async def test_ports_other_than_80_and_443_are_refused():
     assert str(UrlGuard(ports=[8443]).check_url("https://example.com:8443/")).endswith(":8443/")
     obs = await AccessTool(fetcher=PageFetcher(guard))({"url": "http://example.com:5432/"})
     assert not obs.ok and "refused port 5432" in obs.error
+
+
+async def test_slow_extraction_is_a_permanent_error_not_retried(web, monkeypatch):
+    import time as _time
+
+    import tools.page_access as pa
+
+    def slow_extract(*args):
+        _time.sleep(1.0)
+        raise AssertionError("not reached in time")
+
+    monkeypatch.setattr(pa, "extract", slow_extract)
+    tool = access(timeout_s=1.0, retries=3)
+    obs = await tool({"url": web.url("/flaky/slow-extract?fail=0")})  # the article, on a path of its own
+    assert not obs.ok and "text extraction took longer than 0.5s" in obs.error
+    assert tool.counters["retries"] == 0 and web.hits["/flaky/slow-extract"] == 1

@@ -220,3 +220,34 @@ def test_stats_use_stable_metric_names(web):
     assert s["tools/get/calls"] == 1 and s["tools/get/ok"] == 1 and s["tools/get/cost"] == pytest.approx(0.01)
     assert s["tools/get/latency_p50_s"] > 0
     assert percentiles([3, 1, 2, 4], (0.5, 1.0)) == [2, 4]
+
+
+async def test_a_call_waiting_to_retry_frees_its_concurrency_slot():
+    """max_concurrency=1: while call A sleeps before its retry (Retry-After), call B runs and finishes."""
+    order: list[str] = []
+
+    class Flaky(BaseTool):
+        name = "flaky"
+        description = "fails once with Retry-After for 'a'"
+        parameters = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
+
+        def __init__(self, **kw: Any):
+            super().__init__(**kw)
+            self.failed = False
+
+        async def run(self, args: dict[str, Any]) -> ToolResult:
+            if args["key"] == "a" and not self.failed:
+                self.failed = True
+                raise TransientError("429 slow down", retry_after=0.5)
+            order.append(args["key"])
+            return ToolResult(data=args["key"])
+
+    t = Flaky(max_concurrency=1, retries=2)
+
+    async def b_after_a_started():
+        await asyncio.sleep(0.05)
+        return await t({"key": "b"})
+
+    a, b = await asyncio.gather(t({"key": "a"}), b_after_a_started())
+    assert a.ok and b.ok and a.meta["attempts"] == 2
+    assert order == ["b", "a"]  # b did not wait for a's backoff

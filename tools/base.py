@@ -4,7 +4,7 @@ A subclass declares `name`, `description`, `parameters` (JSON schema) and implem
 `run(args) -> ToolResult` (raise `ToolError` for a permanent failure, `TransientError` for one
 worth retrying) and `render(data, args) -> str` (the text the model sees). `__call__` wraps it:
 
-    validate args -> cache lookup -> [semaphore] -> attempts with per-attempt timeout
+    validate args -> cache lookup -> attempts, each [semaphore] + per-attempt timeout
     -> retry on TransientError / timeouts / network errors (exponential backoff with jitter,
        or the server's Retry-After when it sent one) -> cache store -> Observation
 
@@ -190,7 +190,8 @@ class BaseTool:
             with attempt:
                 attempts += 1
                 try:
-                    result = await asyncio.wait_for(self.run(args), self.timeout_s)
+                    async with self._semaphore:  # held per attempt: a call sleeping before a retry frees its slot
+                        result = await asyncio.wait_for(self.run(args), self.timeout_s)
                 except TimeoutError:
                     self.counters["timeouts"] += 1
                     raise
@@ -210,8 +211,7 @@ class BaseTool:
                     return Observation(text=self.render(hit["data"], clean), data=hit["data"],
                                        latency_s=time.perf_counter() - t0, cost=0.0, cached=True,
                                        meta=dict(hit.get("meta", {}), original_cost=hit.get("cost", 0.0)))
-            async with self._semaphore:
-                result, attempts = await self._attempts(clean)
+            result, attempts = await self._attempts(clean)
             if self.cache is not None and key_args is not None:
                 self.cache.put(self.cache_namespace(), key_args,
                                {"data": result.data, "cost": result.cost, "meta": result.meta})

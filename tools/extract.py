@@ -20,6 +20,8 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("text/plain", "text/markdown")
 PDF_TYPES = ("application/pdf",)
 DEFAULT_CONTENT_TYPES = HTML_TYPES + TEXT_TYPES + PDF_TYPES
+MAX_EXTRACT_HTML_BYTES = 1_000_000
+"""HTML beyond this is not given to the extractor (its run time grows with the input and cannot be stopped)."""
 
 
 @dataclass

@@ -28,7 +28,15 @@ import httpx
 
 from tools.base import BaseTool, ToolError, ToolResult, check_status
 from tools.docstore import PageStore
-from tools.extract import DEFAULT_CONTENT_TYPES, PDF_TYPES, chunk_text, extract, sniff_type
+from tools.extract import (
+    DEFAULT_CONTENT_TYPES,
+    HTML_TYPES,
+    MAX_EXTRACT_HTML_BYTES,
+    PDF_TYPES,
+    chunk_text,
+    extract,
+    sniff_type,
+)
 from tools.urlguard import RESERVED_TLDS, GuardedTransport, UrlGuard, UrlRefused
 
 REDIRECT_CODES = (301, 302, 303, 307, 308)
@@ -217,11 +225,18 @@ class AccessTool(BaseTool):
         if self.fetcher is None:
             raise ToolError("URL is not in the local page store and web access is disabled")
         got = await self.fetcher.fetch(url)
-        ex = await asyncio.to_thread(extract, got.body, got.content_type, got.charset, got.final_url)
+        # Extraction is CPU work in a thread no timeout can stop: its input is capped so it cannot run long,
+        # and a slow one is a permanent failure (retrying would start a second thread on the same page).
+        body = got.body[:MAX_EXTRACT_HTML_BYTES] if got.content_type in HTML_TYPES else got.body
+        try:
+            ex = await asyncio.wait_for(asyncio.to_thread(extract, body, got.content_type, got.charset,
+                                                          got.final_url), self.timeout_s / 2)
+        except TimeoutError:
+            raise ToolError(f"text extraction took longer than {self.timeout_s / 2:g}s") from None
         if not ex.text.strip():
             raise ToolError("page has no readable text")
         data = self._page(url, got.final_url, ex.title, ex.text, got.content_type, "web")
-        data["body_truncated"] = got.truncated
+        data["body_truncated"] = got.truncated or len(body) < len(got.body)
         return ToolResult(data, meta={"source": "web", "status": got.status, "redirects": got.redirects,
                                       "final_url": got.final_url, "bytes": len(got.body)})
 
