@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from serving.protocol import GenerateRequest, SamplingParams, generate_continuing
 from serving.scripted import ScriptedEngine, ScriptedOutput
 from trainer.config import TrainConfig
@@ -66,3 +68,33 @@ async def test_remote_engines_get_an_untied_folder(tmp_path, tiny_model_spec):
     state = load_file(f"{path}/model.safetensors")
     assert "lm_head.weight" in state and any(k.endswith("q_proj.weight") for k in state)
     assert not any("lora" in k for k in state)
+
+
+def test_a_hung_engine_is_named_and_every_engine_still_resumes():
+    """A weight update that never returns stops the sync with a TimeoutError naming the engine, after
+    `resume` reached every engine; it is never waited on silently."""
+    calls: list[tuple[int, str]] = []
+
+    class Engine:
+        def __init__(self, i: int, hang: bool):
+            self.i, self.hang = i, hang
+
+        async def pause(self, mode):
+            calls.append((self.i, "pause"))
+
+        async def update_weights(self, src, version):
+            calls.append((self.i, "update"))
+            if self.hang:
+                await asyncio.sleep(3600)
+
+        async def resume(self):
+            calls.append((self.i, "resume"))
+
+    class Learners:
+        def export_ref(self):
+            return "weights"
+
+    sync = WeightSync([Engine(0, False), Engine(1, True)], Learners(), in_memory=True, timeout_s=0.3)
+    with pytest.raises(TimeoutError, match=r"update_weights to v3 did not finish on engine\(s\) \[1\]"):
+        asyncio.run(sync.push(3))
+    assert {(0, "resume"), (1, "resume")} <= set(calls)

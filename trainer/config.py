@@ -137,6 +137,9 @@ class TrainConfig:
     judge_resources: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.0, threads=1))
     """Placement of the LLM judge's engine actor, started when `agent.reward_fn=judge` with the `embedded`
     judge backend (every rollout worker reaches it; remote judge backends need no actor)."""
+    weight_sync_timeout_s: float = 600.0
+    """Most seconds each weight-sync phase (pause, load, resume) may take on the engines; an engine that does
+    not answer stops the run with an error naming it, instead of a silent hang."""
     max_question_attempts: int = 3
     """Times one question's group is run when an episode ends for an infrastructure reason (`engine_error`,
     `engine_abort`, `agent_error`): such a group is lost, never trained on, and its question re-queued up to

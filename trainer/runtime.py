@@ -110,7 +110,8 @@ class Runtime:
             ledger=self.run.path / "rollouts.jsonl", max_worker_losses=t.worker_max_restarts + 1,
             max_question_attempts=t.max_question_attempts, max_consecutive_failures=t.max_consecutive_failures)
         self.sync = WeightSync(self.engines, self.learners, in_memory=embedded,
-                               folder=self.run.path / "weights", pause_mode="abort")
+                               folder=self.run.path / "weights", pause_mode="abort",
+                               timeout_s=t.weight_sync_timeout_s)
         self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
                                      t.wandb_project if t.wandb else None, self.run.path.name)
 

@@ -11,7 +11,8 @@
     3. every engine resumes (also when the update failed, so generation never stays frozen)
 
 The admission of new groups pauses around the swap, as in AReaL, so no episode starts on an engine
-that is about to change.
+that is about to change. Every phase is bounded by `timeout_s`: an engine that does not answer is
+named in a TimeoutError that stops the run (after a resume was sent to every engine), never a hang.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ class WeightSync:
     """Pushes the learner's weights to the engines (see module docstring)."""
 
     def __init__(self, engines: list[Any], learners: Any, *, in_memory: bool, folder: str | Path | None = None,
-                 pause_mode: str = "abort", keep_folders: int = 2):
+                 pause_mode: str = "abort", keep_folders: int = 2, timeout_s: float = 600.0):
         self.engines, self.learners, self.in_memory = engines, learners, in_memory
+        self.timeout_s = timeout_s
         self.folder = Path(folder) if folder else None
         self.pause_mode, self.keep_folders = pause_mode, keep_folders
         if not in_memory and self.folder is None:
@@ -50,15 +52,30 @@ class WeightSync:
         if controller is not None:
             controller.pause()
         t0 = time.perf_counter()
-        await asyncio.gather(*(e.pause(self.pause_mode) for e in self.engines))
         try:
-            await asyncio.gather(*(e.update_weights(src, version) for e in self.engines))
+            await self._all("pause", lambda e: e.pause(self.pause_mode))
+            await self._all(f"update_weights to v{version}", lambda e: e.update_weights(src, version))
         finally:
-            await asyncio.gather(*(e.resume() for e in self.engines))
+            await self._all("resume", lambda e: e.resume())
             if controller is not None:
                 controller.set_version(version)
                 controller.resume()
         return time.perf_counter() - t0
+
+    async def _all(self, what: str, call: Any) -> None:
+        """`call(engine)` on every engine at once, bounded by `timeout_s`: a hung engine is reported by
+        index (TimeoutError), never waited on silently; the first engine error is raised."""
+        tasks = [asyncio.ensure_future(call(e)) for e in self.engines]
+        done, pending = await asyncio.wait(tasks, timeout=self.timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+            hung = [i for i, t in enumerate(tasks) if t in pending]
+            raise TimeoutError(f"weight sync: {what} did not finish on engine(s) {hung} within {self.timeout_s:g}s "
+                               "(train.weight_sync_timeout_s)")
+        for task in tasks:
+            task.result()
 
     def _prune(self, version: int) -> None:
         assert self.folder is not None
