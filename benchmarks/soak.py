@@ -1,0 +1,162 @@
+"""Soak: does a long run stay healthy? A few hundred steps of the tiny-model agent workload.
+
+ASearcher users report rollout time exploding after 200-250 steps and training hanging. This runs
+`hexsearch train` for `--steps` steps (tiny random model, the offline world, web-like tool latency
+off, checkpoints every 50 steps, trajectories written) in a subprocess and, every 2 s, samples the
+resident memory and open files of its whole process tree (driver, Ray's GCS and raylet, engine,
+learner and rollout actors). Afterwards it reads the run's metrics and files.
+
+Figures (a "window" is 50 steps; the first window starts at step 6, after models and the index loaded):
+- step_time_ratio = mean `time/step_s` of the last window / of the first window (flat: ~1; bound 1.2);
+- rss_growth_mb = median tree RSS while the last window ran - median while the first window ran;
+- open_files_growth = the same for open file descriptors;
+- file_growth_ratio = bytes per step written to metrics.jsonl + trajectories/train.jsonl in the second
+  half / in the first half (linear growth: ~1).
+
+Prints `RESULT soak step_time_ratio=<x> rss_growth_mb=<y> open_files_growth=<z> steps=<n> ...` and writes
+benchmarks/results/soak.json.
+
+    .venv/bin/python benchmarks/soak.py [--steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = 50
+SKIP = 5
+
+WORKLOAD = """
+engine: {{model: tiny-random, max_batch_size: 64, max_model_len: 1024}}
+world: {{entities: 60, max_hops: 1, short_articles: true, out: {world}}}
+tools: {{topk: 2, snippet_chars: 160}}
+agent: {{prefill: tags, worked_example: true, lenient_tags: true, read_search_results: false,
+        max_turns: 2, max_tool_calls: 1, max_new_tokens: 16, max_context_tokens: 1024}}
+run: {{root: {root}, name: soak}}
+train:
+  steps: {steps}
+  batch_size: 4
+  group_size: 4
+  rollout_workers: 2
+  filter_groups: none
+  eval_questions: 0
+  eval_every: 0
+  save_every: 50
+  engine_resources: {{num_cpus: 1, threads: 1}}
+  learner_resources: {{num_cpus: 1, threads: 1}}
+"""
+
+
+def tree_sample(pid: int) -> tuple[float, int] | None:
+    """(RSS in MB, open file descriptors) of a process and all its descendants."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return None
+    rss, fds = 0, 0
+    for p in procs:
+        try:
+            rss += p.memory_info().rss
+            fds += p.num_fds()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return rss / 2**20, fds
+
+
+def window_of(samples: list[tuple[float, float, int]], t0: float, t1: float) -> list[tuple[float, int]]:
+    return [(rss, fds) for t, rss, fds in samples if t0 <= t <= t1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=300)
+    args = ap.parse_args()
+    if args.steps < SKIP + 2 * WINDOW:
+        raise SystemExit(f"--steps must be at least {SKIP + 2 * WINDOW} (two {WINDOW}-step windows after warm-up)")
+    tmp = Path(tempfile.mkdtemp(prefix="hex-soak-"))
+    cfg = tmp / "soak.yaml"
+    cfg.write_text(WORKLOAD.format(world=tmp / "world", root=tmp / "runs", steps=args.steps))
+    env = {**os.environ, "HEXSEARCH_QUIET": "1"}
+    t_start = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "hexsearch.cli", "train", str(cfg)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    samples: list[tuple[float, float, int]] = []
+
+    def sample() -> None:
+        while proc.poll() is None:
+            got = tree_sample(proc.pid)
+            if got is not None:
+                samples.append((time.time(), *got))
+            time.sleep(2.0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"training failed ({proc.returncode}):\n{err[-3000:]}")
+    run = tmp / "runs" / "soak"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "time/step_s" in r]
+    first, last = steps[SKIP:SKIP + WINDOW], steps[-WINDOW:]
+    step_ratio = statistics.mean(r["time/step_s"] for r in last) / statistics.mean(r["time/step_s"] for r in first)
+
+    def span(rows_: list[dict]) -> tuple[float, float]:
+        return rows_[0]["time"] - rows_[0]["time/step_s"], rows_[-1]["time"]
+
+    early, late = window_of(samples, *span(first)), window_of(samples, *span(last))
+    rss_growth = statistics.median(r for r, _ in late) - statistics.median(r for r, _ in early)
+    fd_growth = statistics.median(f for _, f in late) - statistics.median(f for _, f in early)
+    files = [run / "metrics.jsonl", run / "trajectories" / "train.jsonl"]
+    per_step = _bytes_per_step(files, len(steps))
+    result = {
+        "steps": len(steps), "step_time_ratio": round(step_ratio, 3),
+        "step_s_first_window": round(statistics.mean(r["time/step_s"] for r in first), 3),
+        "step_s_last_window": round(statistics.mean(r["time/step_s"] for r in last), 3),
+        "rss_growth_mb": round(rss_growth, 1), "rss_mb_first_window": round(statistics.median(r for r, _ in early), 1),
+        "rss_mb_last_window": round(statistics.median(r for r, _ in late), 1), "open_files_growth": fd_growth,
+        "file_growth_ratio": per_step, "samples": len(samples), "wall_minutes": round((time.time() - t_start) / 60, 1),
+        "bounds": {"step_time_ratio": 1.2}}
+    out_dir = ROOT / "benchmarks" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "soak.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    print(f"RESULT soak step_time_ratio={result['step_time_ratio']} rss_growth_mb={result['rss_growth_mb']} "
+          f"open_files_growth={fd_growth} steps={len(steps)} file_growth_ratio={per_step} "
+          f"step_s={result['step_s_first_window']}->{result['step_s_last_window']} "
+          f"rss_mb={result['rss_mb_first_window']}->{result['rss_mb_last_window']}")
+
+
+def _bytes_per_step(files: list[Path], steps: int) -> float | None:
+    """Bytes written per step in the second half of the run / in the first half, from the step field of
+    each line (metrics rows carry `step`; trajectories carry `meta.step`)."""
+    halves = [0, 0]
+    for path in files:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            step = row.get("step", (row.get("meta") or {}).get("step"))
+            if isinstance(step, int) and step > SKIP:
+                halves[step > steps // 2] += len(line) + 1
+    return round(halves[1] / halves[0], 3) if halves[0] else None
+
+
+if __name__ == "__main__":
+    main()
