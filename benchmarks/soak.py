@@ -8,7 +8,9 @@ learner and rollout actors). Afterwards it reads the run's metrics and files.
 
 Figures (a "window" is 50 steps; the first window starts at step 6, after models and the index loaded):
 - step_time_ratio = mean `time/step_s` of the last window / of the first window (flat: ~1; bound 1.2);
-- rss_growth_mb = median tree RSS while the last window ran - median while the first window ran;
+- rss_growth_mb = median tree RSS while the last window ran - median while the first window ran (also
+  per role: driver, each actor class, gcs_server, raylet), and the same from the window ending at
+  mid-run to the last one (`rss_growth_mb_second_half`: growth that levels off is caches filling up);
 - open_files_growth = the same for open file descriptors;
 - file_growth_ratio = bytes per step written to metrics.jsonl + trajectories/train.jsonl in the second
   half / in the first half (linear growth: ~1).
@@ -59,25 +61,48 @@ train:
 """
 
 
-def tree_sample(pid: int) -> tuple[float, int] | None:
-    """(RSS in MB, open file descriptors) of a process and all its descendants."""
+def _role(p: psutil.Process, root: int) -> str:
+    """A process's role: driver, a Ray actor class (`ray::EngineActor`), gcs_server, raylet, ..."""
+    if p.pid == root:
+        return "driver"
+    name = p.name().split(".")[0]  # `ray::EngineActor.generate` while it runs a method: the actor's class
+    return name if name.startswith("ray::") or name in ("gcs_server", "raylet") else "other"
+
+
+def tree_sample(pid: int) -> tuple[float, int, dict[str, float]] | None:
+    """(RSS in MB, open file descriptors, RSS MB per role) of a process and all its descendants."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return None
-    rss, fds = 0, 0
+    rss, fds, roles = 0, 0, {}
     for p in procs:
         try:
-            rss += p.memory_info().rss
+            mine = p.memory_info().rss
             fds += p.num_fds()
+            role = _role(p, pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    return rss / 2**20, fds
+        rss += mine
+        roles[role] = roles.get(role, 0.0) + mine / 2**20
+    return rss / 2**20, fds, roles
 
 
-def window_of(samples: list[tuple[float, float, int]], t0: float, t1: float) -> list[tuple[float, int]]:
-    return [(rss, fds) for t, rss, fds in samples if t0 <= t <= t1]
+def window_of(samples: list[tuple], t0: float, t1: float) -> list[tuple[float, int]]:
+    return [(rss, fds) for t, rss, fds, _ in samples if t0 <= t <= t1]
+
+
+def role_growth(samples: list[tuple], early: tuple[float, float], late: tuple[float, float]) -> dict[str, float]:
+    """Median RSS growth (MB) per role between two time spans: where the memory goes."""
+    roles = {r for *_, by in samples for r in by}
+    out = {}
+    for role in sorted(roles):
+        a = [by.get(role, 0.0) for t, _, _, by in samples if early[0] <= t <= early[1]]
+        b = [by.get(role, 0.0) for t, _, _, by in samples if late[0] <= t <= late[1]]
+        if a and b:
+            out[role] = round(statistics.median(b) - statistics.median(a), 1)
+    return out
 
 
 def main() -> None:
@@ -93,7 +118,7 @@ def main() -> None:
     t_start = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "hexsearch.cli", "train", str(cfg)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    samples: list[tuple[float, float, int]] = []
+    samples: list[tuple] = []
 
     def sample() -> None:
         while proc.poll() is None:
@@ -118,6 +143,10 @@ def main() -> None:
         return rows_[0]["time"] - rows_[0]["time/step_s"], rows_[-1]["time"]
 
     early, late = window_of(samples, *span(first)), window_of(samples, *span(last))
+    by_role = role_growth(samples, span(first), span(last))
+    middle = steps[len(steps) // 2 - WINDOW:len(steps) // 2]  # growth over the second half: does it level off?
+    mid = window_of(samples, *span(middle))
+    late_growth = statistics.median(r for r, _ in late) - statistics.median(r for r, _ in mid)
     rss_growth = statistics.median(r for r, _ in late) - statistics.median(r for r, _ in early)
     fd_growth = statistics.median(f for _, f in late) - statistics.median(f for _, f in early)
     files = [run / "metrics.jsonl", run / "trajectories" / "train.jsonl"]
@@ -128,7 +157,8 @@ def main() -> None:
         "step_s_last_window": round(statistics.mean(r["time/step_s"] for r in last), 3),
         "rss_growth_mb": round(rss_growth, 1), "rss_mb_first_window": round(statistics.median(r for r, _ in early), 1),
         "rss_mb_last_window": round(statistics.median(r for r, _ in late), 1), "open_files_growth": fd_growth,
-        "file_growth_ratio": per_step, "samples": len(samples), "wall_minutes": round((time.time() - t_start) / 60, 1),
+        "file_growth_ratio": per_step, "rss_growth_mb_by_role": by_role,
+        "rss_growth_mb_second_half": round(late_growth, 1), "samples": len(samples), "wall_minutes": round((time.time() - t_start) / 60, 1),
         "bounds": {"step_time_ratio": 1.2}}
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -136,6 +166,7 @@ def main() -> None:
     print(json.dumps(result, indent=2))
     print(f"RESULT soak step_time_ratio={result['step_time_ratio']} rss_growth_mb={result['rss_growth_mb']} "
           f"open_files_growth={fd_growth} steps={len(steps)} file_growth_ratio={per_step} "
+          f"rss_growth_mb_second_half={result['rss_growth_mb_second_half']} "
           f"step_s={result['step_s_first_window']}->{result['step_s_last_window']} "
           f"rss_mb={result['rss_mb_first_window']}->{result['rss_mb_last_window']}")
 
