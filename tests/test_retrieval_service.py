@@ -146,7 +146,10 @@ def test_a_killed_worker_is_replaced(service, qs):
     assert len(pids) == 2
     pid = pids[0]
     os.kill(pid, signal.SIGKILL)
-    while alive(pid):
+    deadline = time.monotonic() + 30
+    # the pool notices the death on its management thread; until then a request may still reach the
+    # surviving worker, so wait for the pool to call itself broken (what the server then reports)
+    while (alive(pid) or not runner.executor._broken) and time.monotonic() < deadline:
         time.sleep(0.05)
     failed = post(service, "/retrieve", {"queries": qs[1:2]})
     assert failed.status_code == 503 and "BrokenProcessPool" in failed.json()["detail"]
