@@ -1,8 +1,11 @@
-"""Append-only JSONL checkpoints: one row per finished unit of work, written last (leaf module).
+"""Durable files (leaf module): append-only JSONL checkpoints, and whole files replaced atomically.
 
 A run that is killed loses at most the unit being written: `read_rows` cuts a torn last line off the
 file (a complete line that is not JSON is an error naming it), and `append_row` writes one line and
 flushes it. Evaluation (results.jsonl) and QA synthesis (items.jsonl) resume from these.
+
+`write_atomic` writes a whole file through a temporary one, fsyncs it and renames it into place, so a
+reader (or a crash) sees the old file or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +48,16 @@ def append_row(path: Path, row: dict[str, Any], *, sync: bool = False) -> None:
         f.flush()
         if sync:
             os.fsync(f.fileno())
+
+
+def write_atomic(path: str | os.PathLike, parts: str | Iterable[str]) -> None:
+    """Replace `path` with `parts` (a string, or strings written in turn so a large file is never held
+    whole): temporary file, fsync, rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="\n") as f:
+        for part in [parts] if isinstance(parts, str) else parts:
+            f.write(part)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.checkpoint import write_atomic
+
 
 @dataclass(frozen=True)
 class RunDir:
@@ -49,9 +51,7 @@ class RunDir:
 
     def write_json(self, path: Path, obj: Any) -> None:
         """Write JSON atomically (tmp file + rename), so a crash never leaves half a file."""
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
     def record_engine(self, name: str, info: dict) -> None:
         """Add or replace one entry of engines.json (address, pid, kind of a started service)."""

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from agent.rewards import normalize_answer
+from core.checkpoint import write_atomic
 from datagen.record import qa_row
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
@@ -162,14 +163,8 @@ def split_by_answer(items: Sequence[dict[str, Any]], fractions: Sequence[float] 
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows to `path` through a temporary file and `os.replace`: readers see old or new, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Rows as JSONL, replaced atomically: readers see old or new, never half."""
+    write_atomic(path, (json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def write_dataset(items: Sequence[dict[str, Any]], out_dir: str | os.PathLike, *, source: str,

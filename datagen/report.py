@@ -22,11 +22,11 @@ Histogram keys are strings, so report.json reads back equal to the returned repo
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from core.checkpoint import write_atomic
 from datagen.record import CHECKS
 
 ACTIONS: tuple[str, ...] = ("base", "fuzz", "inject")
@@ -250,20 +250,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_report(out_dir: str | Path, items: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
     """Write report.json and report.md into `out_dir` (each atomically) and return the report;
     `kw` are build_report's keywords."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = build_report(items, **kw)
-    _write_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False))
-    _write_atomic(out / "report.md", render_markdown(report))
+    write_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False))
+    write_atomic(out / "report.md", render_markdown(report))
     return report
 
 

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from core.checkpoint import write_atomic
 from datagen.world.graph import BASE_URL, MIN_ENTITIES, TYPES, build_graph
 from datagen.world.questions import SPLITS, make_questions
 from datagen.world.render import render_page
@@ -48,11 +49,7 @@ def _check(entities: int, max_hops: int, min_hops: int, splits: Sequence[float],
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in rows))
 
 
 def generate_world(out_dir: str | os.PathLike, entities: int = 400, seed: int = 0, max_hops: int = 4,
@@ -110,9 +107,7 @@ def generate_world(out_dir: str | os.PathLike, entities: int = 400, seed: int = 
         "pages": len(pages), "passages": len(passages), "facts": sum(len(p.facts) for p in pages),
         "questions": _question_counts(questions), "files": list(FILES),
     }
-    tmp = out / "world.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, out / "world.json")
+    write_atomic(out / "world.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 
