@@ -46,6 +46,7 @@ from typing import Any, Protocol, get_args
 from agent.config import JudgeBackend
 from core.choices import check_choices
 from core.log import get_logger, redact
+from serving.factory import chat_prompt_ids, is_chat_client
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, generate_continuing
 
 log = get_logger(__name__)
@@ -167,10 +168,6 @@ class VerdictCache:
             self._db.close()
 
 
-def _is_chat_client(transport: Any) -> bool:
-    return callable(getattr(transport, "chat", None)) and not callable(getattr(transport, "generate", None))
-
-
 def _transport_urls(transport: Any) -> list[str]:
     """Server URLs a transport talks to, without credentials (best effort, for `describe`)."""
     from serving.openai_chat import public_url
@@ -196,7 +193,7 @@ class LLMJudge:
         JudgePromptLike replacing the built-in prompt (which truncates the prediction to
         `max_prediction_chars`; a custom prompt applies its own rule)."""
         self.engine = engine
-        self.chat_client = _is_chat_client(engine)
+        self.chat_client = is_chat_client(engine)
         self.model_name = model_name
         self._owns_cache = isinstance(cache, (str, Path))
         self.cache = VerdictCache(cache) if isinstance(cache, (str, Path)) else cache
@@ -241,13 +238,7 @@ class LLMJudge:
 
     def prompt_ids(self, question: str, golds: list[str], prediction: str) -> list[int]:
         """The messages as token ids, through the engine tokenizer's chat template (engine transport only)."""
-        tok = self.engine.tokenizer
-        messages = self.messages(question, golds, prediction)
-        if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        else:  # no template: the messages' texts in order (system, then user, for the built-in prompt)
-            text = "\n\n".join(m["content"] for m in messages) + "\n"
-        return tok.encode(text, add_special_tokens=False)
+        return chat_prompt_ids(self.engine.tokenizer, self.messages(question, golds, prediction))
 
     # ---- judging ---------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from serving.factory import chat_prompt_ids, is_chat_client
 from serving.protocol import GenerateRequest, SamplingParams, generate_continuing
 
 
@@ -36,10 +37,6 @@ class Usage:
         self.cost_usd += other.cost_usd
 
 
-def _is_chat_client(transport: Any) -> bool:
-    return callable(getattr(transport, "chat", None)) and not callable(getattr(transport, "generate", None))
-
-
 class ChatLLM:
     """One role's model (see module docstring). `name` is what the dataset's provenance records."""
 
@@ -53,15 +50,6 @@ class ChatLLM:
         self.prices = (usd_per_mtok_in, usd_per_mtok_out)
         self.totals = Usage()
 
-    def prompt_ids(self, messages: list[dict[str, str]], prefill: str = "") -> list[int]:
-        """The messages as token ids through the engine tokenizer's chat template, then `prefill`."""
-        tok = self.transport.tokenizer
-        if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        else:  # a tokenizer without a template (tiny test models): the texts in order
-            text = "\n\n".join(m["content"] for m in messages) + "\n"
-        return tok.encode(text + prefill, add_special_tokens=False)
-
     async def complete(self, messages: list[dict[str, str]], usage: Usage, *, temperature: float | None = None,
                        max_new_tokens: int | None = None, seed: int | None = None, prefill: str = "") -> str:
         """The model's reply to `messages`; counted in `usage` and in this model's totals. Transport
@@ -72,7 +60,7 @@ class ChatLLM:
         prompt's format instruction does the work, and a reply that already starts with it is left alone."""
         temperature = self.temperature if temperature is None else temperature
         max_new = max_new_tokens or self.max_new_tokens
-        if _is_chat_client(self.transport):
+        if is_chat_client(self.transport):
             got: dict[str, Any] = {}
             call = self.transport.chat(messages, temperature=temperature, max_tokens=max_new, seed=seed, usage=got)
             text = await (asyncio.wait_for(call, self.timeout_s) if self.timeout_s else call)
@@ -80,7 +68,7 @@ class ChatLLM:
                 text = f"{prefill} {text}"
             n_in, n_out = int(got.get("prompt_tokens", 0)), int(got.get("completion_tokens", 0))
         else:
-            ids = self.prompt_ids(messages, prefill)
+            ids = chat_prompt_ids(self.transport.tokenizer, messages, prefill)
             request = GenerateRequest(prompt_ids=ids, sampling=SamplingParams(
                 temperature=temperature, max_new_tokens=max_new, seed=seed))
             call = generate_continuing(self.transport, request)

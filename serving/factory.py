@@ -45,3 +45,19 @@ def build_llm(backend: str, model: str, urls: list[str], *, api_key_env: str = "
                              f"endpoint, e.g. {what}.urls=[https://api.openai.com/v1]")
         return OpenAIChatClient(urls[0], model, api_key_env=api_key_env, timeout_s=timeout_s)
     return build_engine(EngineConfig(model=model, backend=backend, urls=list(urls), request_timeout_s=timeout_s))
+
+
+def is_chat_client(transport: Any) -> bool:
+    """True for a messages-in, text-out client (OpenAIChatClient), False for an InferenceEngine."""
+    return callable(getattr(transport, "chat", None)) and not callable(getattr(transport, "generate", None))
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]], prefill: str = "") -> list[int]:
+    """Chat messages as the token ids an engine generates from: the tokenizer's chat template with the
+    assistant turn opened, then `prefill` (the start of the reply). A tokenizer without a template (tiny
+    test models) gets the messages' texts in order."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    else:
+        text = "\n\n".join(m["content"] for m in messages) + "\n"
+    return tokenizer.encode(text + prefill, add_special_tokens=False)
