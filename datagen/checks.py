@@ -147,22 +147,18 @@ async def run_edit_checks(edit: Any, state: QAState, previous: dict | None, *, g
                           judge: Any, cfg: Any, usage: Usage, seed: int) -> None:
     """Run guard, validity, difficulty, uniqueness on the edit's result in order, appending each result to
     `edit.checks`, until one fails; `edit.accepted` ends up true only when all passed."""
-    steps = [
-        lambda: _sync(guard(state)),
-        lambda: validity(gen, state, usage, seed=seed),
-        lambda: difficulty(solver, judge, state, usage, attempts=cfg.solver_attempts,
-                           temperature=cfg.solver_temperature, mode=cfg.difficulty_judge, seed=seed, previous=previous),
-        lambda: uniqueness(gen, state, usage, max_alternatives=cfg.max_alternatives, seed=seed,
-                           mode=cfg.uniqueness_judge),
-    ]
-    for step in steps:
-        result = await step()
+    async def in_order():  # lazily, so a failed check spares the LLM calls of the ones after it
+        yield guard(state)
+        yield await validity(gen, state, usage, seed=seed)
+        yield await difficulty(solver, judge, state, usage, attempts=cfg.solver_attempts,
+                               temperature=cfg.solver_temperature, mode=cfg.difficulty_judge, seed=seed,
+                               previous=previous)
+        yield await uniqueness(gen, state, usage, max_alternatives=cfg.max_alternatives, seed=seed,
+                               mode=cfg.uniqueness_judge)
+
+    edit.accepted = True
+    async for result in in_order():
         edit.checks.append(result)
         if not result.passed:
             edit.accepted = False
             return
-    edit.accepted = True
-
-
-async def _sync(result: CheckResult) -> CheckResult:
-    return result

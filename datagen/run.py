@@ -104,7 +104,9 @@ def load_seeds(path: str | Path, store: Any) -> list[Any]:
 async def run_items(synth: Any, out: Path, *, want: int, budget: int, concurrency: int) -> list[dict[str, Any]]:
     """Run items until `want` are accepted or `budget` attempted; returns every finished item, in index order."""
     path = out / "items.jsonl"
-    finished = {r["index"]: r for r in read_rows(path) if r.get("status") != "error"}
+    rows = read_rows(path)
+    finished = {r["index"]: r for r in rows if r.get("status") != "error"}
+    errors = {r["index"]: r for r in rows if r.get("status") == "error"}  # the latest error of each index
     accepted = sum(r["status"] == "accepted" for r in finished.values())
     todo = (i for i in range(budget) if i not in finished)
     running: set[asyncio.Task] = set()
@@ -127,6 +129,7 @@ async def run_items(synth: Any, out: Path, *, want: int, budget: int, concurrenc
                     record = task.result()
                     append_row(path, record, sync=True)
                     if record["status"] == "error":
+                        errors[record["index"]] = record
                         continue
                     finished[record["index"]] = record
                     if record["status"] == "accepted":
@@ -137,9 +140,7 @@ async def run_items(synth: Any, out: Path, *, want: int, budget: int, concurrenc
             for task in running:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
-    errors = [r for r in read_rows(path) if r.get("status") == "error" and r["index"] not in finished]
-    latest_errors = {r["index"]: r for r in errors}
-    return [r for _, r in sorted({**latest_errors, **finished}.items())]
+    return [r for _, r in sorted({**errors, **finished}.items())]  # an index that finished later is not an error
 
 
 async def run_datagen(cfg: Any, out: str | Path, *, engine: Any = None, encode: Any = None) -> dict[str, Any]:

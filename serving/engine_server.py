@@ -25,8 +25,11 @@ reuses that trajectory's KV cache on its next turn. Bad requests get HTTP 400 wi
 from __future__ import annotations
 
 import asyncio
+import hmac
 import inspect
+import ipaddress
 import time
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -78,8 +81,6 @@ TOKEN_ENV = "HEXSEARCH_ENGINE_TOKEN"
 
 def is_loopback(host: str) -> bool:
     """Whether `host` is a loopback address or name."""
-    import ipaddress
-
     if host == "localhost":
         return True
     try:
@@ -94,9 +95,6 @@ def create_app(engine: Any, model_name: str | None = None, *, control_token: str
 
     `control_token`: the RL control routes (CONTROL_PATHS) answer 401 without `Authorization: Bearer
     <token>`. `weights_root`: weight updates may only load folders inside it (403 otherwise)."""
-    import hmac
-    from pathlib import Path
-
     app = FastAPI(title="hexsearch engine server")
     root = Path(weights_root).resolve() if weights_root else None
 

@@ -175,14 +175,14 @@ class RolloutController:
         self.staleness.on_reject()
         self.stats["failed"] += 1
         self.failures_in_a_row += 1
-        again = retry and self.attempts.get(key, 0) < self.max_question_attempts
+        attempts = self.attempts.get(key, 0)
+        again = retry and attempts < self.max_question_attempts
         if again:
             self.stream.requeue(key)
-        else:
-            self.stats["skipped"] += retry
         self._log("failed", key=key, error=error, requeued=again, **self._counts())
         if retry and not again:
-            self._log("skip", key=key, attempts=self.attempts.get(key, 0), **self._counts())
+            self.stats["skipped"] += 1
+            self._log("skip", key=key, attempts=attempts, **self._counts())
         if self.failures_in_a_row >= self.max_consecutive_failures and self.fatal is None:
             # raised by the admission loop, which `next_batch` watches: the trainer stops with this error
             self.fatal = RuntimeError(f"{self.failures_in_a_row} rollout groups failed in a row "
