@@ -113,6 +113,25 @@ def test_step_raises_logprob_of_advantaged_tokens(tiny_model_spec):
         assert delta * s.advantage > 0                  # up for A > 0, down for A < 0
 
 
+def test_logp_mismatch_metrics_report_behaviour_vs_prox(tiny_model_spec):
+    """Behaviour log-probs off by +0.1 on fresh tokens (version 3 = the learner's) and by -0.5 on stale
+    ones (version 1): the step reports the mean |prox - behav| over all tokens and over fresh ones."""
+    learner = Learner(TrainConfig(precision="fp32", lr=1e-3, micro_batch_tokens=64), tiny_model_spec)
+    samples = _samples()
+    for i, (s, lp) in enumerate(zip(samples, learner.logprobs(samples), strict=True)):
+        off, v = (0.1, 3) if i % 2 == 0 else (-0.5, 1)
+        s.logprobs = [x + off if m else 0.0 for x, m in zip(lp, s.loss_mask, strict=True)]
+        s.versions = [v] * len(s)
+    fresh = sum(s.num_loss_tokens for s in samples[::2])
+    stale = sum(s.num_loss_tokens for s in samples[1::2])
+    stats = learner.train_step(samples, version=3)
+    assert stats["train/policy_tokens"] == fresh + stale and stats["train/fresh_tokens"] == fresh
+    assert stats["train/logp_mismatch"] == pytest.approx((0.1 * fresh + 0.5 * stale) / (fresh + stale), abs=1e-4)
+    assert stats["train/logp_mismatch_fresh"] == pytest.approx(0.1, abs=1e-4)  # the stale tokens are left out
+    later = learner.train_step(samples, version=4)                 # nothing was sampled at version 4
+    assert later["train/fresh_tokens"] == 0 and later["train/logp_mismatch_fresh"] == 0.0
+
+
 def test_no_signal_means_no_update(tiny_model_spec):
     learner = Learner(TrainConfig(precision="fp32", lr=1e-2), tiny_model_spec)
     w0 = {k: v.clone() for k, v in learner.trainable_state().items()}

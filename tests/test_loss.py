@@ -72,3 +72,20 @@ def test_loglinear_prox_interpolates_by_version():
     prox = loglinear_prox_logp(behav, theta, versions, current_version=5)
     # alpha = (5 - vb) / (6 - vb): 0, 1/2, 4/5
     assert prox.tolist() == pytest.approx([-1.0, -2.0, -1.0 + 0.8 * -2.0])
+
+
+def test_logp_mismatch_stats_all_tokens_and_fresh_only():
+    # |prox - behav| = 0.1, 0.3, 0.5, 2.0; tokens 1 and 3 were sampled at the current version (fresh)
+    prox, behav = _t(-1.0, -2.0, -0.5, 0.0), _t(-1.1, -1.7, -1.0, -2.0)
+    fresh = torch.tensor([True, False, True, False])
+    loss, st = decoupled_ppo_loss(prox.clone().requires_grad_(), prox, behav, _t(1, 1, 1, 1), fresh=fresh)
+    plain, _ = decoupled_ppo_loss(prox.clone().requires_grad_(), prox, behav, _t(1, 1, 1, 1))
+    assert loss.item() == plain.item()                     # the stats never touch the loss
+    assert st.logp_mismatch_sum == pytest.approx(0.1 + 0.3 + 0.5 + 2.0)
+    assert st.fresh_tokens == 2 and st.fresh_logp_mismatch_sum == pytest.approx(0.1 + 0.5)
+    total = st.add(st)
+    assert total.tokens == 8 and total.fresh_tokens == 4
+    assert total.logp_mismatch_sum == pytest.approx(5.8) and total.fresh_logp_mismatch_sum == pytest.approx(1.2)
+    assert total.behav_weight_max == st.behav_weight_max and total.behav_weight_min == st.behav_weight_min
+    _, none = decoupled_ppo_loss(prox, prox, behav, _t(1, 1, 1, 1))
+    assert none.fresh_tokens == 0 and none.fresh_logp_mismatch_sum == 0

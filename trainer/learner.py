@@ -11,6 +11,12 @@ One `train_step(samples, version)` is one batch of the trainer:
        gradients, clip, AdamW step
     4. LR schedule step (also when the batch had no signal, so the schedule follows versions)
 
+Besides the loss terms, the metrics report how far the engine's behaviour log-probs are from the
+learner's pi_prox: `train/logp_mismatch` = mean |log pi_prox - log pi_behav| over all policy tokens,
+`train/logp_mismatch_fresh` the same over the `train/fresh_tokens` sampled at the learner's current
+version (0 when there are none), where it is pure numerics (bf16 engines, kernels); with
+`prox_logp=loglinear` fresh tokens get pi_prox = pi_behav, so that one reads 0 there.
+
 Logits are computed only at positions that predict a policy token (hidden-state gather, then
 lm_head), which on CPU saves most of the vocabulary projection. Weights are kept in fp32 (master
 weights); on hardware with fast bf16 the forward runs under autocast.
@@ -203,7 +209,8 @@ class Learner:
                 loss, st = decoupled_ppo_loss(
                     logp, prox, mb.behav_logp.to(self.device), mb.advantages.to(self.device),
                     eps_clip=cfg.eps_clip, eps_clip_high=cfg.eps_clip_high,
-                    behav_weight_cap=cfg.behav_weight_cap, normalizer=total)
+                    behav_weight_cap=cfg.behav_weight_cap, normalizer=total,
+                    fresh=mb.versions.to(self.device) == version)
                 if cfg.entropy_coef > 0:
                     loss = loss - cfg.entropy_coef * ent.sum() / total
                 loss.backward()
@@ -223,7 +230,8 @@ class Learner:
             warnings.simplefilter("ignore", UserWarning)
             self.scheduler.step()
         vec = torch.tensor([stats.tokens, stats.clipped, stats.behav_masked, stats.behav_weight_sum,
-                            stats.approx_kl_sum, ent_sum, float(tokens_seen)], device=self.device)
+                            stats.approx_kl_sum, ent_sum, float(tokens_seen), stats.logp_mismatch_sum,
+                            stats.fresh_tokens, stats.fresh_logp_mismatch_sum], device=self.device)
         vec = self._allreduce(vec).tolist()
         wext = torch.tensor([stats.behav_weight_max, -stats.behav_weight_min if stats.tokens else 0.0])
         if self.world_size > 1:
@@ -235,6 +243,8 @@ class Learner:
             "train/behav_weight_mean": vec[3] / n, "train/behav_weight_max": float(wext[0]),
             "train/behav_weight_min": -float(wext[1]),
             "train/approx_kl": vec[4] / n, "train/entropy": vec[5] / n, "train/grad_norm": grad_norm,
+            "train/logp_mismatch": vec[7] / n, "train/fresh_tokens": vec[8],
+            "train/logp_mismatch_fresh": vec[9] / max(vec[8], 1.0),
             "train/lr": lr, "train/optimizer_steps": steps, "train/tokens_per_s": vec[6] / max(dt, 1e-9),
             "time/train_s": dt,
         }

@@ -15,18 +15,26 @@ The learner may add an entropy bonus, - entropy_coef * sum_t H(pi_theta(. | s_t)
 When pi_prox == pi_behav (on-policy samples) w_t = 1 and this is exactly PPO-clip. pi_prox is the
 policy before this optimizer step: recomputed by a forward pass (exact), or approximated per token
 from versions (`loglinear_prox_logp`), which saves that pass when several minibatches are used.
+
+`LossStats` also sums |log pi_prox - log pi_behav| over all tokens and over fresh ones (sampled at the
+current version), where it is pure engine/learner numerics (bf16 engines make it visible).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
 
 @dataclass
 class LossStats:
-    """Sums over the tokens of one micro-batch (divide by `tokens` for means); summed across micro-batches."""
+    """Sums over the tokens of one micro-batch (divide by `tokens` for means); summed across micro-batches.
+
+    `logp_mismatch_sum` is sum |log pi_prox - log pi_behav| over all tokens; `fresh_tokens` and
+    `fresh_logp_mismatch_sum` count and sum the same over the tokens marked `fresh` (sampled by the
+    current weights, so any difference is numerical mismatch between engine and learner).
+    """
 
     tokens: float = 0.0
     clipped: float = 0.0
@@ -35,23 +43,27 @@ class LossStats:
     behav_weight_max: float = 0.0
     behav_weight_min: float = float("inf")
     approx_kl_sum: float = 0.0
+    logp_mismatch_sum: float = 0.0
+    fresh_tokens: float = 0.0
+    fresh_logp_mismatch_sum: float = 0.0
 
     def add(self, other: LossStats) -> LossStats:
-        return LossStats(
-            self.tokens + other.tokens, self.clipped + other.clipped, self.behav_masked + other.behav_masked,
-            self.behav_weight_sum + other.behav_weight_sum, max(self.behav_weight_max, other.behav_weight_max),
-            min(self.behav_weight_min, other.behav_weight_min), self.approx_kl_sum + other.approx_kl_sum)
+        merged = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        merged["behav_weight_max"] = max(self.behav_weight_max, other.behav_weight_max)
+        merged["behav_weight_min"] = min(self.behav_weight_min, other.behav_weight_min)
+        return LossStats(**merged)
 
 
 def decoupled_ppo_loss(
     logp: torch.Tensor, prox_logp: torch.Tensor, behav_logp: torch.Tensor, advantages: torch.Tensor,
     *, eps_clip: float = 0.2, eps_clip_high: float | None = None, behav_weight_cap: float = 5.0,
-    normalizer: float | None = None,
+    normalizer: float | None = None, fresh: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The decoupled PPO loss over flat per-token tensors (policy tokens only; see module docstring).
 
     `normalizer` is N, the policy-token count of the whole (global, all data-parallel ranks) batch; the
-    default is this call's token count, i.e. a plain token-mean. Returns (loss, stats).
+    default is this call's token count, i.e. a plain token-mean. `fresh` (bool per token) marks tokens
+    sampled by the current weights; it only feeds the stats. Returns (loss, stats).
     """
     eps_high = eps_clip if eps_clip_high is None else eps_clip_high
     prox_logp, behav_logp, advantages = prox_logp.detach(), behav_logp.detach(), advantages.detach()
@@ -66,12 +78,16 @@ def decoupled_ppo_loss(
     loss = torch.where(keep, token_loss, torch.zeros_like(token_loss)).sum() / norm
     with torch.no_grad():
         was_clipped = (clipped_ratio * advantages < ratio * advantages) & keep
+        mismatch = (prox_logp - behav_logp).abs()
         stats = LossStats(
             tokens=float(n), clipped=float(was_clipped.sum()), behav_masked=float((~keep).sum()),
             behav_weight_sum=float(weight.sum()),
             behav_weight_max=float(weight.max()) if n else 0.0,
             behav_weight_min=float(weight.min()) if n else float("inf"),
-            approx_kl_sum=float((prox_logp - logp.detach()).sum()))
+            approx_kl_sum=float((prox_logp - logp.detach()).sum()),
+            logp_mismatch_sum=float(mismatch.sum()),
+            fresh_tokens=float(fresh.sum()) if fresh is not None else 0.0,
+            fresh_logp_mismatch_sum=float(mismatch[fresh.bool()].sum()) if fresh is not None else 0.0)
     return loss, stats
 
 
