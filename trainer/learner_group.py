@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import socket
 from typing import Any
@@ -28,29 +29,43 @@ class LearnerWorker:
         self.learner: Any = None
 
     def address(self) -> tuple[str, int]:
-        """This node's IP and a free port (rank 0 hosts the rendezvous)."""
+        """This node's IP and the port of the rendezvous rank 0 hosts. The socket is bound and listening
+        here and handed to the store in `join_group`: no other process can take the port in between, and on a
+        local cluster (node IP 127.0.0.1, trainer/placement.py) it listens on loopback only."""
         import ray
 
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        host = ray.util.get_node_ip_address()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host if _loopback(host) else "", 0), family=family, backlog=128)
+        return host, self._listener.getsockname()[1]
 
     def setup(self, master: tuple[str, int] | None) -> int:
         import torch
-        import torch.distributed as dist
 
         from trainer.learner import Learner
 
         device = self._device()
         if self.world_size > 1:
-            backend = "nccl" if device.startswith("cuda") else "gloo"
-            dist.init_process_group(backend, init_method=f"tcp://{master[0]}:{master[1]}",
-                                    rank=self.rank, world_size=self.world_size)
+            self.join_group(master, "nccl" if device.startswith("cuda") else "gloo")
         t = self.cfg.train
         self.learner = Learner(t, self.cfg.engine.model, device=device, rank=self.rank, world_size=self.world_size,
                                seed=self.cfg.run.seed)
         return sum(p.numel() for p in self.learner.params) if torch is not None else 0
+
+    def join_group(self, master: tuple[str, int], backend: str) -> None:
+        """Join the process group whose store rank 0 hosts at `master` (`address`)."""
+        import torch.distributed as dist
+        from torch.distributed.constants import default_pg_timeout
+
+        if _loopback(master[0]):
+            # The collectives' own sockets follow: gloo and NCCL listen on the interface named here
+            # (gloo otherwise on whatever the hostname resolves to, NCCL on the first non-loopback one).
+            lo = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), "lo")
+            os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = lo
+        listen_fd = self._listener.detach() if self.rank == 0 else None
+        store = dist.TCPStore(master[0], master[1], self.world_size, is_master=self.rank == 0,
+                              timeout=default_pg_timeout, master_listen_fd=listen_fd)
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size)
 
     def _device(self) -> str:
         import torch
@@ -87,6 +102,13 @@ class LearnerWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def split_by_tokens(samples: list[Sample], n: int) -> list[list[Sample]]:

@@ -64,5 +64,19 @@ def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False)
     # Local: logical CPUs are bookkeeping, not threads; declare enough for the configured roles.
     cpus = max(float(os.cpu_count() or 1), requested_cpus(cfg, embedded, judge_actor))
     # Ray's token authentication stays on (its default): nothing joins or calls the cluster without the token.
-    ray.init(num_cpus=int(cpus + 0.999), include_dashboard=False, runtime_env=env, log_to_driver=True,
-             configure_logging=False)
+    # And nothing outside this machine reaches it: Ray's GCS, raylet, object manager, workers and agents listen on
+    # 127.0.0.1 exactly when the node IP is 127.0.0.1 (gcs_server.cc: `config.node_ip_address == "127.0.0.1"`,
+    # dashboard/agent.py: `is_localhost(self.ip)`), and otherwise on every interface. Ray takes 127.0.0.1 as the
+    # node IP only where clusters are off, as on macOS and Windows (services.get_node_ip_address:
+    # `not ray_constants.ENABLE_RAY_CLUSTER`); `_node_ip_address="127.0.0.1"` alone is turned back into the LAN IP
+    # (services.resolve_ip_for_localhost). The flag is read when ray is imported: set for the Ray processes and
+    # anything that joins from here, and in this process for the start only.
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    clusters, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    try:
+        ray.init(num_cpus=int(cpus + 0.999), include_dashboard=False, runtime_env=env, log_to_driver=True,
+                 configure_logging=False)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = clusters
