@@ -21,7 +21,7 @@ test-slow: setup
 	$(VENV)/bin/python -m pytest -m slow $(PYTEST_ARGS)
 
 bench: setup
-	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(VENV)/bin/python $$b; done
+	@set -e; for b in benchmarks/[!_]*.py; do echo "== $$b"; $(VENV)/bin/python $$b; done
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -69,8 +69,24 @@ def _role(p: psutil.Process, root: int) -> str:
     return name if name.startswith("ray::") or name in ("gcs_server", "raylet") else "other"
 
 
+def _rss_parts(pid: int) -> dict[str, float]:
+    """RSS split by kind (MB): `anon` (heap: tensors, Python objects, allocator caches), `shmem` (shared memory
+    this process has touched: Ray's object store pages, counted again in every process that maps them) and
+    `file` (mapped files: libraries, safetensors)."""
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            for kind in ("RssAnon", "RssFile", "RssShmem"):
+                if line.startswith(kind + ":"):
+                    out[kind[3:].lower()] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return out
+
+
 def tree_sample(pid: int) -> tuple[float, int, dict[str, float]] | None:
-    """(RSS in MB, open file descriptors, RSS MB per role) of a process and all its descendants."""
+    """(RSS in MB, open file descriptors, MB per role and per `role/anon|shmem|file`) of a process and all its
+    descendants."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
@@ -86,6 +102,8 @@ def tree_sample(pid: int) -> tuple[float, int, dict[str, float]] | None:
             continue
         rss += mine
         roles[role] = roles.get(role, 0.0) + mine / 2**20
+        for kind, mb in _rss_parts(p.pid).items():
+            roles[f"{role}/{kind}"] = roles.get(f"{role}/{kind}", 0.0) + mb
     return rss / 2**20, fds, roles
 
 
@@ -146,6 +164,7 @@ def main() -> None:
     by_role = role_growth(samples, span(first), span(last))
     middle = steps[len(steps) // 2 - WINDOW:len(steps) // 2]  # growth over the second half: does it level off?
     mid = window_of(samples, *span(middle))
+    by_role_second_half = role_growth(samples, span(middle), span(last))
     late_growth = statistics.median(r for r, _ in late) - statistics.median(r for r, _ in mid)
     rss_growth = statistics.median(r for r, _ in late) - statistics.median(r for r, _ in early)
     fd_growth = statistics.median(f for _, f in late) - statistics.median(f for _, f in early)
@@ -158,6 +177,7 @@ def main() -> None:
         "rss_growth_mb": round(rss_growth, 1), "rss_mb_first_window": round(statistics.median(r for r, _ in early), 1),
         "rss_mb_last_window": round(statistics.median(r for r, _ in late), 1), "open_files_growth": fd_growth,
         "file_growth_ratio": per_step, "rss_growth_mb_by_role": by_role,
+        "rss_growth_mb_by_role_second_half": by_role_second_half,
         "rss_growth_mb_second_half": round(late_growth, 1), "samples": len(samples), "wall_minutes": round((time.time() - t_start) / 60, 1),
         "bounds": {"step_time_ratio": 1.2}}
     out_dir = ROOT / "benchmarks" / "results"

@@ -37,6 +37,7 @@ datagen.generator.max_new_tokens datagen.solver.max_new_tokens datagen.judge.max
 
 _POSITIVE_FLOATS = """
 engine.request_timeout_s tools.timeout_s agent.wall_clock_s agent.judge.timeout_s train.lr train.weight_sync_timeout_s
+train.engine_health_timeout_s train.learner_step_timeout_s
 datagen.generator.timeout_s datagen.solver.timeout_s datagen.judge.timeout_s
 """.split()
 

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PLUGIN = '''
@@ -71,6 +73,7 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow  # the default suite trains with an import-path reward and tool in tests/test_docs_extending.py
 def test_custom_reward_and_tool_by_import_path_train(tmp_path):
     (tmp_path / "my_plugins.py").write_text(PLUGIN)
     config = tmp_path / "plugins.yaml"

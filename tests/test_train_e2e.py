@@ -1,4 +1,5 @@
-"""End to end on Ray with the tiny model: a short async run in which a rollout worker is killed.
+"""End to end on Ray with the tiny model: a short async run in which a rollout worker is killed (`slow`: the
+default suite's end-to-end training check is tests/test_fault_tolerance.py, which also kills one).
 
 One run (to keep the default suite fast) checks both: the loop trains, syncs, evaluates, logs and
 checkpoints; and after a rollout worker process is SIGKILLed mid-run, Ray restarts it, its lost
@@ -76,6 +77,7 @@ def world_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("world") / "w"
 
 
+@pytest.mark.slow
 def test_async_run_survives_a_killed_rollout_worker(tmp_path, world_dir):
     from trainer.train import train
 

@@ -9,33 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import psutil
 import pytest
 from test_train_e2e import TINY, ledger
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fault_tolerance import kill_tree  # noqa: E402
 
 from trainer import checkpoint
 
 pytestmark = pytest.mark.slow
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a process and every process it started (its local Ray included)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for p in procs:
-        try:
-            os.kill(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    psutil.wait_procs(procs, timeout=30)
 
 
 def test_killed_run_resumes_without_repeats_or_skips(tmp_path):
@@ -59,7 +46,7 @@ def test_killed_run_resumes_without_repeats_or_skips(tmp_path):
             time.sleep(0.5)
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
     finally:
-        _kill_tree(first.pid)
+        kill_tree(first.pid)
     ckpt_state, ckpt_buffer = checkpoint.load(run / "checkpoints" / "step-2")
     assert ckpt_state["loop"]["step"] == 2
 

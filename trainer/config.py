@@ -149,6 +149,20 @@ class TrainConfig:
     training stops with an error naming the last failure, instead of admitting questions forever."""
     worker_max_restarts: int = 3
     """Times Ray restarts a crashed rollout worker; its lost groups are re-run."""
+    engine_max_restarts: int = 3
+    """Times Ray restarts a dead embedded engine actor; it serves again only after the engine supervisor gave it
+    the current weights and version (its in-flight episodes are lost groups, re-run)."""
+    engine_health_interval_s: float = 5.0
+    """Seconds between the engine supervisor's checks of every engine actor (0: no supervision)."""
+    engine_health_timeout_s: float = 120.0
+    """An engine actor that does not answer its health check within this is hung: reported and replaced. One that
+    stays down this long (restarts spent) stops the run."""
+    learner_max_restarts: int = 1
+    """Times a run whose learner actor died restarts from its newest checkpoint, in the same process (as
+    `--resume` would); without a checkpoint, or when spent, the run stops with an error naming the rank."""
+    learner_step_timeout_s: float = 3600.0
+    """Most seconds one learner call (a training step, a weight export, a checkpoint) may take; a learner that
+    does not answer is treated as dead (see `learner_max_restarts`), never waited on silently."""
     tool_latency_median_s: float = 0.0
     """Simulated extra tool latency, log-normal with this median (0: off); mimics a web API on local tools."""
     tool_latency_p99_s: float = 5.0

@@ -183,10 +183,15 @@ class RolloutController:
         if retry and not again:
             self.stats["skipped"] += 1
             self._log("skip", key=key, attempts=attempts, **self._counts())
-        if self.failures_in_a_row >= self.max_consecutive_failures and self.fatal is None:
-            # raised by the admission loop, which `next_batch` watches: the trainer stops with this error
-            self.fatal = RuntimeError(f"{self.failures_in_a_row} rollout groups failed in a row "
-                                      f"(train.max_consecutive_failures); the last: {error}")
+        if self.failures_in_a_row >= self.max_consecutive_failures:
+            self.fail(RuntimeError(f"{self.failures_in_a_row} rollout groups failed in a row "
+                                   f"(train.max_consecutive_failures); the last: {error}"))
+
+    def fail(self, error: BaseException) -> None:
+        """Stop the run with `error`: raised by the admission loop, which `next_batch` watches."""
+        if self.fatal is None:
+            self.fatal = error
+            self._log("fatal", error=str(error)[:500])
             self._wake.set()
 
     def _finish(self, key: str, w: int) -> None:

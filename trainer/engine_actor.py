@@ -10,11 +10,16 @@
 
 A weight source may be a Ray ObjectRef of a state dict: Ray resolves it inside the actor, so the
 tensors go learner -> object store -> engine without passing through the driver.
+
+Recovery: Ray restarts a dead engine actor (`train.engine_max_restarts`). A restarted actor that is
+weight-synced holds every request until the driver's `EngineSupervisor` (trainer/engine_watch.py) has
+given it the current weights and version: it never serves tokens from stale weights under a new label.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import zlib
 from typing import Any
 
@@ -25,44 +30,82 @@ from serving.protocol import Completion, GenerateRequest, PauseMode, WeightSourc
 class EngineActor:
     """Ray actor body (created with `ray.remote(**placement)(EngineActor)`); all methods are async."""
 
-    def __init__(self, engine_cfg: EngineConfig, threads: int = 0):
+    def __init__(self, engine_cfg: EngineConfig, threads: int = 0, synced: bool = True, ready_timeout_s: float = 300.0):
+        import ray
         import torch
 
         if threads > 0:
             torch.set_num_threads(threads)
-        self.cfg = engine_cfg
+        self.cfg, self.ready_timeout_s = engine_cfg, ready_timeout_s
         self.engine: Any = None
+        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        # a fresh actor starts at the base weights (version 0) like every replica; a restarted one must
+        # first be given the run's current weights (unless it is never synced, like the judge)
+        self._ready, self._building = asyncio.Event(), asyncio.Lock()
+        if not (self.restarted and synced):
+            self._ready.set()
 
     async def start(self) -> int:
         """Build the engine inside the actor's event loop; returns the engine's version."""
-        if self.engine is None:
-            from serving.factory import build_engine
+        async with self._building:  # calls arriving while the engine is built wait for it
+            if self.engine is None:
+                from serving.factory import build_engine
 
-            self.engine = build_engine(self.cfg)
-            start = getattr(self.engine, "start", None)
-            if start is not None:
-                res = start()
-                if asyncio.iscoroutine(res):
-                    await res
+                engine = build_engine(self.cfg)
+                start = getattr(engine, "start", None)
+                if start is not None:
+                    res = start()
+                    if asyncio.iscoroutine(res):
+                        await res
+                self.engine = engine
         return self.engine.version
 
+    async def _serving(self) -> None:
+        """Wait until this actor may serve (see module docstring); an engine_error when it never may."""
+        if not self._ready.is_set():
+            try:
+                await asyncio.wait_for(self._ready.wait(), self.ready_timeout_s)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"restarted engine actor got no weights within {self.ready_timeout_s:g}s") from None
+        await self.start()
+
     async def generate(self, request: GenerateRequest) -> Completion:
+        await self._serving()
         return await self.engine.generate(request)
 
     async def pause(self, mode: PauseMode = "abort") -> None:
+        await self.start()
         await self.engine.pause(mode)
 
     async def resume(self) -> None:
+        await self.start()
         await self.engine.resume()
 
     async def update_weights(self, source: WeightSource, version: int) -> int:
+        await self.start()
         await self.engine.update_weights(source, version)
+        self._ready.set()
         return self.engine.version
 
+    async def restore(self, source: WeightSource | None, version: int) -> int:
+        """Bring a restarted actor to the run's weights (`source` None: the base weights are current)."""
+        await self.start()
+        if source is not None:
+            await self.engine.update_weights(source, version)
+        self._ready.set()
+        return self.engine.version
+
+    async def status(self) -> dict[str, Any]:
+        """What the supervisor checks: is this actor waiting for weights, and at which version is it."""
+        return {"needs_weights": not self._ready.is_set(), "restarted": self.restarted, "pid": os.getpid(),
+                "version": self.engine.version if self.engine is not None else None}
+
     async def health(self) -> dict[str, Any]:
+        await self.start()
         return await self.engine.health()
 
     async def get_version(self) -> int:
+        await self.start()
         return self.engine.version
 
 
@@ -97,13 +140,13 @@ class EngineProxy:
         return completion
 
     async def pause(self, mode: PauseMode = "abort") -> None:
-        await asyncio.gather(*(h.pause.remote(mode) for h in self._handles))
+        await _broadcast(h.pause.remote(mode) for h in self._handles)
 
     async def resume(self) -> None:
-        await asyncio.gather(*(h.resume.remote() for h in self._handles))
+        await _broadcast(h.resume.remote() for h in self._handles)
 
     async def update_weights(self, source: WeightSource, version: int) -> None:
-        await asyncio.gather(*(h.update_weights.remote(source, version) for h in self._handles))
+        await _broadcast(h.update_weights.remote(source, version) for h in self._handles)
         self._version = version
 
     async def health(self) -> dict[str, Any]:
@@ -111,11 +154,24 @@ class EngineProxy:
         return {"ok": all(r.get("ok", False) for r in reports), "version": self._version, "replicas": reports}
 
 
-def start_engine_actors(engine_cfg: EngineConfig, replicas: int, placement: dict[str, Any], threads: int) -> list[Any]:
-    """Create and start `replicas` EngineActors with the given Ray placement options."""
+async def _broadcast(calls: Any) -> None:
+    """Await one call per replica; a replica that died (or is restarting) is skipped, since the supervisor
+    gives it the current weights when it is back. Any other error is raised."""
+    from trainer.controller import _lost_errors
+
+    for result in await asyncio.gather(*calls, return_exceptions=True):
+        if isinstance(result, BaseException) and not isinstance(result, _lost_errors()):
+            raise result
+
+
+def start_engine_actors(engine_cfg: EngineConfig, replicas: int, placement: dict[str, Any], threads: int,
+                        *, max_restarts: int = 0, synced: bool = True) -> list[Any]:
+    """Create and start `replicas` EngineActors with the given Ray placement options. Ray restarts a dead
+    one up to `max_restarts` times (`synced`: it then waits for the supervisor's weights)."""
     import ray
 
     cls = ray.remote(EngineActor)
-    handles = [cls.options(max_concurrency=10_000, **placement).remote(engine_cfg, threads) for _ in range(replicas)]
+    handles = [cls.options(max_concurrency=10_000, max_restarts=max_restarts, max_task_retries=0, **placement)
+               .remote(engine_cfg, threads, synced) for _ in range(replicas)]
     ray.get([h.start.remote() for h in handles])
     return handles

@@ -5,6 +5,10 @@
     on its share; the loss is divided by the *global* token count and gradients are summed, so the
     result equals one learner training on the whole batch. Weights stay identical on every rank;
     rank 0 exports them for the engines and writes checkpoints.
+
+A rank that dies (or does not answer a call within `timeout_s`) raises `LearnerLost`: the optimizer
+state lived only in that process, so the training loop restarts from the newest checkpoint
+(trainer/train.py), never trains on with ranks out of step.
 """
 
 from __future__ import annotations
@@ -122,32 +126,76 @@ def split_by_tokens(samples: list[Sample], n: int) -> list[list[Sample]]:
     return shares
 
 
+class LearnerLost(RuntimeError):
+    """A learner rank died or hung; its in-memory state (weights, optimizer) is gone."""
+
+
 class LearnerGroup:
     """The learner ranks as one object the training loop calls."""
 
-    def __init__(self, cfg: Any, placement: dict[str, Any], threads: int):
+    def __init__(self, cfg: Any, placement: dict[str, Any], threads: int, timeout_s: float = 3600.0):
         import ray
 
         n = max(1, cfg.train.learner_workers)
         cls = ray.remote(LearnerWorker)
-        self.actors = [cls.options(**placement).remote(cfg, r, n, threads) for r in range(n)]
+        self.timeout_s = timeout_s
+        self.actors = [cls.options(max_restarts=0, **placement).remote(cfg, r, n, threads) for r in range(n)]
         master = ray.get(self.actors[0].address.remote()) if n > 1 else None
         self.trainable = ray.get([a.setup.remote(master) for a in self.actors])[0]
 
+    async def _call(self, what: str, refs: list[Any]) -> list[Any]:
+        """Await one call per rank; a dead or silent rank becomes `LearnerLost` naming it."""
+        from trainer.controller import _lost_errors
+
+        tasks = [asyncio.ensure_future(_wrap(r)) for r in refs]
+        done, pending = await asyncio.wait(tasks, timeout=self.timeout_s)
+        for t in pending:
+            t.cancel()
+        if pending:
+            hung = [i for i, t in enumerate(tasks) if t in pending]
+            raise LearnerLost(f"learner rank(s) {hung} did not finish {what} within {self.timeout_s:g}s "
+                              "(train.learner_step_timeout_s)")
+        for i, t in enumerate(tasks):
+            if isinstance(t.exception(), _lost_errors()):
+                raise LearnerLost(f"learner rank {i} died during {what}: {type(t.exception()).__name__}")
+        return [t.result() for t in tasks]
+
     async def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
         shares = split_by_tokens(samples, len(self.actors))
-        results = await asyncio.gather(*(a.train_step.remote(s, version) for a, s in zip(self.actors, shares, strict=True)))
+        results = await self._call(f"train_step at version {version}",
+                                   [a.train_step.remote(s, version) for a, s in zip(self.actors, shares, strict=True)])
         return results[0]
+
+    async def dead_ranks(self, timeout_s: float = 10.0) -> list[int]:
+        """Ranks that no longer answer (died, or their process is gone)."""
+        async def alive(a: Any) -> bool:
+            try:
+                await asyncio.wait_for(_wrap(a.pid.remote()), timeout_s)
+                return True
+            except Exception:
+                return False
+        answers = await asyncio.gather(*(alive(a) for a in self.actors))
+        return [i for i, ok in enumerate(answers) if not ok]
+
+    def kill(self) -> None:
+        import ray
+
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
 
     def export_ref(self) -> Any:
         """ObjectRef of rank 0's exported weights (resolved inside the engine actors)."""
         return self.actors[0].export_weights.remote()
 
     async def save_for_engine(self, path: str) -> str:
-        return await self.actors[0].save_for_engine.remote(path)
+        return (await self._call("save_for_engine", [self.actors[0].save_for_engine.remote(path)]))[0]
 
     async def save(self, folder: str) -> None:
-        await self.actors[0].save.remote(folder)
+        await self._call("checkpoint save", [self.actors[0].save.remote(folder)])
 
     async def load(self, folder: str) -> None:
-        await asyncio.gather(*(a.load.remote(folder) for a in self.actors))
+        await self._call("checkpoint load", [a.load.remote(folder) for a in self.actors])
+
+
+async def _wrap(ref: Any) -> Any:
+    return await ref

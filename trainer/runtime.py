@@ -92,10 +92,13 @@ class Runtime:
         # that also pauses and updates (serving/remote.py).
         replicas, placement = ((t.engine_replicas, ray_options(t.engine_resources)) if embedded
                                else (1, {"num_cpus": 0}))
-        handles = start_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources))
+        handles = start_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources),
+                                      max_restarts=t.engine_max_restarts)
         self.engines: list[Any] = [EngineProxy(handles, cfg.engine.model)]
+        self.engine_handles = handles
         judge_handles = self._start_judge(judge_actor)
-        self.learners = LearnerGroup(cfg, ray_options(t.learner_resources), role_threads(t.learner_resources))
+        self.learners = LearnerGroup(cfg, ray_options(t.learner_resources), role_threads(t.learner_resources),
+                                     timeout_s=t.learner_step_timeout_s)
         self.workers = start_rollout_workers(cfg, handles, ray_options(t.rollout_resources),
                                              role_threads(t.rollout_resources), judge_handles)
         import ray
@@ -112,6 +115,11 @@ class Runtime:
         self.sync = WeightSync(self.engines, self.learners, in_memory=embedded,
                                folder=self.run.path / "weights", pause_mode="abort",
                                timeout_s=t.weight_sync_timeout_s)
+        from trainer.engine_watch import EngineSupervisor
+
+        self.supervisor = EngineSupervisor(handles, self.sync, interval_s=t.engine_health_interval_s,
+                                           timeout_s=t.engine_health_timeout_s, log=self.controller._log,
+                                           fail=self.controller.fail)
         self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
                                      t.wandb_project if t.wandb else None, self.run.path.name)
 
@@ -132,7 +140,8 @@ class Runtime:
         engine_cfg = EngineConfig(model=judge.model, backend="embedded", dtype=self.cfg.engine.dtype,
                                   device=self.cfg.engine.device, request_timeout_s=judge.timeout_s)
         return start_engine_actors(engine_cfg, 1, ray_options(self.train_cfg.judge_resources),
-                                   role_threads(self.train_cfg.judge_resources))
+                                   role_threads(self.train_cfg.judge_resources),
+                                   max_restarts=self.train_cfg.engine_max_restarts, synced=False)
 
     async def worker_stats(self) -> dict[str, float]:
         """Tool and judge counters of all rollout workers (`tools/<name>/...`, `judge/...`): sums of the
@@ -231,5 +240,10 @@ class Runtime:
         import ray
 
         self.metrics.close()
-        if ray.is_initialized() and not self.train_cfg.ray_address:
+        if not ray.is_initialized():
+            return
+        if self.train_cfg.ray_address:  # a shared cluster outlives the run: its actors must not
+            for actor in [*self.workers, *self.engine_handles, *self.learners.actors]:
+                ray.kill(actor, no_restart=True)
+        else:
             ray.shutdown()

@@ -15,6 +15,10 @@
 
 Generation never waits for training except through the staleness bound; training waits only for
 B groups. max_staleness = 0 makes the same loop synchronous.
+
+Faults: a dead rollout worker's groups are re-run (controller), a dead engine actor is restarted
+with the current weights (engine_watch), and a dead learner rank restarts the run from its newest
+checkpoint in this process, exactly as `--resume` would (`train.learner_max_restarts` times).
 """
 
 from __future__ import annotations
@@ -23,21 +27,48 @@ import asyncio
 import time
 from typing import Any
 
+from core.log import get_logger
 from core.progress import progress
 from core.rundir import RunDir
+from trainer import checkpoint
 from trainer.batch import build_samples, rollout_metrics
+from trainer.learner_group import LearnerLost
 from trainer.metrics import plot_reward_curve
 from trainer.runtime import Runtime
+
+log = get_logger(__name__)
 
 
 def train(cfg: Any, run: RunDir, resume: bool = False) -> dict[str, Any]:
     """Train (or continue the run in `run` when `resume`); returns the summary written to results.json."""
-    t_start = time.time()  # minutes count from here: setup (Ray, world, models) included
-    rt = Runtime.create(cfg, run)
-    try:
-        return asyncio.run(_loop(rt, resume, t_start))
-    finally:
-        rt.shutdown()
+    for restart in range(cfg.train.learner_max_restarts + 1):
+        t_start = time.time()  # minutes count from here: setup (Ray, world, models) included
+        rt = Runtime.create(cfg, run)
+        try:
+            return asyncio.run(_loop(rt, resume, t_start))
+        except Exception as e:
+            lost = asyncio.run(_learner_lost(rt, e))
+            if lost is None:
+                raise
+            if restart == cfg.train.learner_max_restarts or checkpoint.latest(run.checkpoints) is None:
+                raise RuntimeError(f"{lost}; no restart left (train.learner_max_restarts={cfg.train.learner_max_restarts})"
+                                   if checkpoint.latest(run.checkpoints) else
+                                   f"{lost}; no checkpoint to restart from yet (train.save_every)") from e
+            rt.controller._log("learner_lost", error=lost, restart=restart + 1)
+            log.warning("%s: restarting from the newest checkpoint (%d/%d)", lost, restart + 1,
+                        cfg.train.learner_max_restarts)
+            resume = True
+        finally:
+            rt.shutdown()
+    raise AssertionError("unreachable")
+
+
+async def _learner_lost(rt: Runtime, error: BaseException) -> str | None:
+    """Why the learner is gone when `error` came from (or followed) a dead learner rank, else None."""
+    if isinstance(error, LearnerLost):
+        return str(error)
+    dead = await rt.learners.dead_ranks()
+    return f"learner rank(s) {dead} died ({type(error).__name__}: {str(error)[:200]})" if dead else None
 
 
 async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
@@ -45,6 +76,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
     resumed = resume and await rt.restore()
     state = rt.state
     ctrl.start()
+    rt.supervisor.start()
     if not resumed:
         state.eval_before = await rt.evaluate()
         rt.metrics.log(0, state.eval_before)
@@ -74,6 +106,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
             bar.update(description=f"step {state.step} reward {roll['train/reward']:.2f} kept {kept}/{len(groups)}")
     await ctrl.stop()
     after = await rt.evaluate()
+    await rt.supervisor.stop()
     state.elapsed_s += time.time() - t_start
     rt.metrics.log(state.step, after)
     await rt.save()

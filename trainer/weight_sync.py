@@ -13,6 +13,8 @@
 The admission of new groups pauses around the swap, as in AReaL, so no episode starts on an engine
 that is about to change. Every phase is bounded by `timeout_s`: an engine that does not answer is
 named in a TimeoutError that stops the run (after a resume was sent to every engine), never a hang.
+`current` is the (version, source) the engines hold; the engine supervisor (trainer/engine_watch.py)
+restores a restarted engine actor from it, under `lock`, so a restore never interleaves with a push.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class WeightSync:
         self.timeout_s = timeout_s
         self.folder = Path(folder) if folder else None
         self.pause_mode, self.keep_folders = pause_mode, keep_folders
+        self.lock = asyncio.Lock()
+        self.current: tuple[int, Any] = (0, None)  # version 0: the base weights every engine starts from
         if not in_memory and self.folder is None:
             raise ValueError("remote engines reload weights from disk: WeightSync needs a folder")
 
@@ -52,14 +56,16 @@ class WeightSync:
         if controller is not None:
             controller.pause()
         t0 = time.perf_counter()
-        try:
-            await self._all("pause", lambda e: e.pause(self.pause_mode))
-            await self._all(f"update_weights to v{version}", lambda e: e.update_weights(src, version))
-        finally:
-            await self._all("resume", lambda e: e.resume())
-            if controller is not None:
-                controller.set_version(version)
-                controller.resume()
+        async with self.lock:
+            self.current = (version, src)
+            try:
+                await self._all("pause", lambda e: e.pause(self.pause_mode))
+                await self._all(f"update_weights to v{version}", lambda e: e.update_weights(src, version))
+            finally:
+                await self._all("resume", lambda e: e.resume())
+                if controller is not None:
+                    controller.set_version(version)
+                    controller.resume()
         return time.perf_counter() - t0
 
     async def _all(self, what: str, call: Any) -> None:

@@ -1,0 +1,257 @@
+"""Fault injection: one training run meets every fault a long run meets, then its files are audited.
+
+    .venv/bin/python benchmarks/fault_tolerance.py [--quick] [--steps N]
+
+The run (`hexsearch train`, tiny random model, the offline world, a checkpoint every step) searches
+through a real retrieval service (`hexsearch serve retrieval`) behind a fault proxy
+(benchmarks/_fault_proxy.py) that fails 30% of tool requests: 500, 503 and 429 with Retry-After,
+requests held past the tool timeout, dropped connections. While it trains, this script
+
+    1. SIGKILLs a rollout worker once groups flow          (Ray restarts it; its groups are re-run)
+    2. SIGKILLs the engine actor after step 2              (restarted, given the current weights)
+    3. SIGKILLs the learner actor after step 3             (the run restarts from its newest checkpoint)
+    4. SIGKILLs the whole trainer while it writes a checkpoint, and resumes it with `--resume`
+
+and then audits the ledger (rollouts.jsonl), the saved trajectories and the final checkpoint:
+
+    duplicated          consumed groups whose question key was consumed before (each must be used once)
+    lost                keys handed out that are neither consumed, buffered, queued to re-run, nor
+                        skipped after `max_question_attempts` failed runs
+    trained_on_failures consumed episodes whose stop reason is an infrastructure failure
+                        (engine_error, engine_abort, agent_error)
+
+Prints `RESULT fault_tolerance lost=<n> duplicated=<n> trained_on_failures=<n> faults=<n> steps=<n>`
+and writes benchmarks/results/fault_tolerance.json. All three counts must be 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from _fault_proxy import FAULTS, FaultProxy  # noqa: E402
+
+CONFIG = """
+engine: {{model: tiny-random, max_batch_size: 16, max_model_len: 1024}}
+world: {{entities: 30, max_hops: 1, short_articles: true, out: {world}}}
+tools: {{topk: 2, snippet_chars: 120, search_backend: url, retrieval_url: "{proxy}", index_dir: "{index}",
+        cache_enabled: false, timeout_s: 2.0, retries: 3, backoff_initial_s: 0.1, backoff_max_s: 1.0,
+        max_retry_after_s: 1.0}}
+agent: {{prefill: tags, worked_example: true, lenient_tags: true, read_search_results: false,
+        max_turns: 2, max_tool_calls: 1, max_new_tokens: 8, max_context_tokens: 1024, format_gate: false}}
+run: {{root: {root}, name: faults}}
+train:
+  steps: {steps}
+  batch_size: 2
+  group_size: 2
+  max_staleness: 1
+  rollout_workers: 2
+  filter_groups: none
+  eval_questions: 2
+  eval_every: 2
+  save_every: 1
+  keep_checkpoints: 3
+  engine_health_interval_s: 0.5
+  learner_max_restarts: 1
+  learner_resources: {{num_cpus: 1, threads: 1}}
+  engine_resources: {{num_cpus: 1, threads: 1}}
+"""
+INFRA_STOPS = {"engine_error", "engine_abort", "agent_error"}
+
+
+def _rows(path: Path) -> list[dict]:
+    try:
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+
+
+def _step(run: Path) -> int:
+    return max((r["step"] for r in _rows(run / "metrics.jsonl") if "train/reward" in r), default=0)
+
+
+def _kill_actor(root: psutil.Process, name: str) -> int | None:
+    """SIGKILL the first process of `root`'s tree that hosts Ray actor class `name`."""
+    for p in root.children(recursive=True):
+        try:
+            if f"ray::{name}" in " ".join(p.cmdline()):
+                os.kill(p.pid, signal.SIGKILL)
+                return p.pid
+        except psutil.Error:
+            continue
+    return None
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every process it started (its local Ray included)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    psutil.wait_procs(procs, timeout=30)
+
+
+class Injector(threading.Thread):
+    """Walks the fault plan (module docstring) against the running trainer; records what it did."""
+
+    def __init__(self, proc: subprocess.Popen, run: Path, deadline: float):
+        super().__init__(daemon=True)
+        self.proc, self.run_dir, self.deadline = proc, run, deadline
+        self.done: dict[str, object] = {}
+        self.error = ""
+
+    def wait_for(self, what: str, cond) -> None:
+        while not cond():
+            if self.proc.poll() is not None or time.time() > self.deadline:
+                raise RuntimeError(f"trainer ended or timed out while waiting for {what}")
+            time.sleep(0.2)
+
+    def run(self) -> None:
+        try:
+            self._plan()
+        except Exception as e:  # reported in the results; the audit still runs
+            self.error = f"{type(e).__name__}: {e}"
+
+    def _plan(self) -> None:
+        root, ledger = psutil.Process(self.proc.pid), self.run_dir / "rollouts.jsonl"
+        self.wait_for("a group", lambda: any(e["event"] == "accept" for e in _rows(ledger)))
+        self.done["rollout_worker"] = _kill_actor(root, "RolloutWorker")
+        self.wait_for("step 2", lambda: _step(self.run_dir) >= 2)
+        self.done["engine"] = _kill_actor(root, "EngineActor")
+        self.wait_for("engine restore", lambda: any(e["event"] == "engine_restored" for e in _rows(ledger)))
+        self.wait_for("step 3", lambda: _step(self.run_dir) >= 3)
+        self.done["learner"] = _kill_actor(root, "LearnerWorker")
+        self.wait_for("the restart from a checkpoint",
+                      lambda: any(e["event"] == "resume" for e in _rows(ledger)))
+        self.wait_for("a step after the restart", lambda: _step(self.run_dir) >= 4)
+        ckpts = self.run_dir / "checkpoints"
+        while self.proc.poll() is None and time.time() < self.deadline:
+            writing = [p.name for p in ckpts.glob(".tmp-step-*")] if ckpts.exists() else []
+            if writing:
+                kill_tree(self.proc.pid)
+                self.done["trainer_mid_checkpoint"] = writing[0]
+                self.done["checkpoint_left_unfinished"] = (ckpts / writing[0]).exists()
+                return
+            time.sleep(0.001)
+        raise RuntimeError("no checkpoint write was caught before the run ended")
+
+
+def audit(run: Path, steps: int, batch_size: int, n_items: int) -> dict:
+    """The three counts of the module docstring, from the run's files."""
+    sys.path.insert(0, str(ROOT))
+    from trainer import checkpoint
+
+    events = _rows(run / "rollouts.jsonl")
+    trajs = _rows(run / "trajectories" / "train.jsonl")
+    groups = sorted({(t["meta"]["key"], t["meta"]["step"]) for t in trajs})
+    keys = [k for k, _ in groups]
+    duplicated = len(keys) - len(set(keys))
+    trained_on_failures = sum(t["stop_reason"] in INFRA_STOPS for t in trajs)
+    state, buffer = checkpoint.load(checkpoint.latest(run / "checkpoints"))
+    stream = state["stream"]
+    handed_out = {f"{e}:{i}" for e in range(stream["epoch"]) for i in range(n_items)}
+    handed_out |= {f"{stream['epoch']}:{i}" for i in range(stream["position"])}
+    last_admit = {e["key"]: n for n, e in enumerate(events) if e["event"] == "admit"}
+    skipped = {e["key"] for n, e in enumerate(events) if e["event"] == "skip" and last_admit.get(e["key"], -1) < n}
+    accounted = set(keys) | {g.key for g in buffer} | set(stream["retry"]) | skipped
+    per_step = [sum(s == k for _, s in groups) for k in range(1, steps + 1)]
+    counts = {e: sum(x["event"] == e for x in events) for e in
+              ("lost", "failed", "skip", "engine_restored", "engine_hung", "learner_lost", "resume")}
+    return {"lost": len(handed_out - accounted), "duplicated": duplicated, "trained_on_failures": trained_on_failures,
+            "unknown_consumed": len(set(keys) - handed_out), "groups_per_step": per_step,
+            "steps_complete": per_step == [batch_size] * steps, "skipped": len(skipped), "ledger": counts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=0, help="training steps (default 12; 6 with --quick)")
+    ap.add_argument("--quick", action="store_true", help="the short scenario the test suite runs")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fault_tolerance.json"))
+    ap.add_argument("--timeout", type=float, default=1500.0, help="seconds before the scenario gives up")
+    args = ap.parse_args()
+    steps = args.steps or (6 if args.quick else 12)
+    t0 = time.time()
+    tmp = Path(tempfile.mkdtemp(prefix="hexsearch-faults-"))
+    world = tmp / "world"
+    env = {**os.environ, "HEXSEARCH_QUIET": "1", "PYTHONPATH": str(ROOT)}
+    # the world and its index first: the retrieval service serves that index
+    from datagen.world import QA_FILES, resolve_world
+    from hexsearch.config import load_config
+    from tools.index import default_index
+
+    (tmp / "cfg.yaml").write_text(CONFIG.format(world=world, proxy="", index="", root=tmp / "runs", steps=steps))
+    cfg = load_config(tmp / "cfg.yaml")
+    index = default_index(resolve_world(cfg.world))
+    n_items = sum(1 for line in (world / QA_FILES["train"]).read_text().splitlines() if line.strip())
+    addr = tmp / "retrieval.addr"
+    service = subprocess.Popen([sys.executable, "-m", "hexsearch.cli", "--quiet", "serve", "retrieval", "--index",
+                                str(index), "--port", "0", "--addr-file", str(addr), "--worker", "thread"],
+                               env=env, stdout=subprocess.DEVNULL, stderr=(tmp / "retrieval.log").open("w"))
+    proxy = FaultProxy("", rate=0.3, hang_s=3.0)
+    try:
+        while not addr.exists():
+            if service.poll() is not None or time.time() - t0 > 300:
+                raise RuntimeError("retrieval service did not start: " + (tmp / "retrieval.log").read_text()[-2000:])
+            time.sleep(0.2)
+        proxy.upstream = f"http://{addr.read_text().strip()}"
+        url = proxy.start()
+        (tmp / "cfg.yaml").write_text(CONFIG.format(world=world, proxy=url, index=index, root=tmp / "runs", steps=steps))
+        run = tmp / "runs" / "faults"
+        cmd = [sys.executable, "-m", "hexsearch.cli", "--quiet", "train"]
+        log1 = (tmp / "first.log").open("w")
+        first = subprocess.Popen([*cmd, str(tmp / "cfg.yaml")], env=env, stdout=log1, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        injector = Injector(first, run, deadline=t0 + args.timeout)
+        injector.start()
+        injector.join(args.timeout)
+        kill_tree(first.pid)
+        first.wait()
+        second = subprocess.run([*cmd, "--resume", str(run)], env=env, capture_output=True, text=True,
+                                timeout=max(60.0, args.timeout - (time.time() - t0)))
+        (tmp / "second.log").write_text(second.stdout + second.stderr)
+        results = json.loads((run / "results.json").read_text()) if (run / "results.json").exists() else {}
+        report = audit(run, steps, 2, n_items)
+    finally:
+        proxy.stop()
+        service.terminate()
+        service.wait(30)
+    injected = {k: v for k, v in proxy.stats.items() if k in FAULTS}
+    kills = {k: v for k, v in injector.done.items() if k in ("rollout_worker", "engine", "learner",
+                                                             "trainer_mid_checkpoint")}
+    faults = sum(injected.values()) + sum(v is not None for v in kills.values())
+    out = {"steps": results.get("steps", 0), "faults": faults, "tool_faults": injected,
+           "tool_requests": proxy.stats["requests"], "kills": injector.done, "injector_error": injector.error,
+           "resume_exit_code": second.returncode, "seconds": round(time.time() - t0, 1), "run_dir": str(run),
+           "quick": args.quick, **report}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(json.dumps(out, indent=1))
+    if second.returncode != 0:
+        print(second.stdout[-2000:] + second.stderr[-3000:], file=sys.stderr)
+    print(f"RESULT fault_tolerance lost={out['lost']} duplicated={out['duplicated']} "
+          f"trained_on_failures={out['trained_on_failures']} faults={faults} steps={out['steps']} "
+          f"tool_fault_rate={faults and sum(injected.values()) / max(proxy.stats['requests'], 1):.2f} "
+          f"kills={sum(v is not None for v in kills.values())} seconds={out['seconds']}")
+
+
+if __name__ == "__main__":
+    main()
