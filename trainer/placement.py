@@ -37,6 +37,21 @@ def requested_cpus(cfg: TrainConfig, embedded: bool, judge_actor: bool = False) 
     return total
 
 
+def requested_resources(cfg: TrainConfig, embedded: bool, judge_actor: bool = False) -> dict[str, float]:
+    """Custom resources all roles ask for together (a plan's `hexsearch_engine` slots, device types, ...):
+    a local Ray declares them, so a plan made for a cluster also runs on this one machine."""
+    roles = [(cfg.learner_workers, cfg.learner_resources), (cfg.rollout_workers, cfg.rollout_resources)]
+    if embedded:
+        roles.append((cfg.engine_replicas, cfg.engine_resources))
+    if judge_actor:
+        roles.append((1, cfg.judge_resources))
+    total: dict[str, float] = {}
+    for count, role in roles:
+        for name, amount in role.resources.items():
+            total[name] = total.get(name, 0.0) + count * amount
+    return total
+
+
 def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False) -> None:
     """Join the configured cluster or start a local one (idempotent)."""
     import ray
@@ -77,6 +92,6 @@ def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False)
     clusters, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
     try:
         ray.init(num_cpus=int(cpus + 0.999), include_dashboard=False, runtime_env=env, log_to_driver=True,
-                 configure_logging=False)
+                 configure_logging=False, resources=requested_resources(cfg, embedded, judge_actor) or None)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = clusters

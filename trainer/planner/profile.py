@@ -1,0 +1,155 @@
+"""`hexsearch plan profile`: measure this machine's engine and learner and write a device entry.
+
+One device is one CPU core here (one engine thread or one learner thread). Measured, with the configured
+model (`engine.model`), engine settings and learner settings, each thread count pinned to 1:
+
+    decode:  t(b, n) = wall time of b concurrent requests of a `prompt_tokens` prompt, n new tokens each;
+             t_step(b) = (t(b, n2) - t(b, n1)) / (n2 - n1)  ->  decode_base_s = t_step(1),
+             decode_per_seq_s = (t_step(b) - t_step(1)) / (b - 1)
+    prefill: prompt_tokens / (t(1, 1) - t_step(1))
+    train:   tokens / wall time of one learner step on batch x group sequences of `train_tokens` tokens
+             (after one warm-up step), with the configured pi_prox mode and packing
+    sync:    wall time of pause + update_weights(the learner's full state, serialised and loaded back as
+             it crosses Ray's object store in a run) + resume on an engine
+Each figure is the median of `repeats` measurements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from dataclasses import replace
+from typing import Any
+
+from trainer.planner.specs import MeasuredSpeed
+
+_calls = 0
+
+
+async def _timed_batch(engine: Any, prompt: list[int], batch: int, new_tokens: int) -> float:
+    from serving.protocol import GenerateRequest, SamplingParams
+
+    global _calls
+    params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, ignore_eos=True, seed=0)
+    prompts = []
+    for _ in range(batch):  # a distinct first token per request: the prefix cache never answers a prefill
+        _calls += 1
+        prompts.append([1000 + _calls % 20000] + list(prompt[1:]))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(engine.generate(GenerateRequest(ids, params)) for ids in prompts))
+    return time.perf_counter() - t0
+
+
+def measure_engine(engine_cfg: Any, prompt_tokens: int, batch: int, n1: int = 8, n2: int = 40,
+                   repeats: int = 3) -> dict[str, float]:
+    """decode_base_s, decode_per_seq_s and prefill_tokens_per_s of one single-threaded embedded engine."""
+    from serving.factory import build_engine
+
+    engine = build_engine(replace(engine_cfg, threads=1, max_batch_size=max(batch, 1)))
+    try:
+        tok = engine.tokenizer
+        filler = tok.encode("The city of Varnholt was founded in 1642 by Dalia Orrent. " * 200)[:prompt_tokens]
+
+        async def med(b: int, n: int) -> float:
+            return statistics.median([await _timed_batch(engine, filler, b, n) for _ in range(repeats)])
+
+        async def run() -> dict[str, float]:
+            await _timed_batch(engine, filler, 1, 2)  # warm-up
+            return {"t1_n1": await med(1, n1), "t1_n2": await med(1, n2), "tb_n1": await med(batch, n1),
+                    "tb_n2": await med(batch, n2), "t1_1": await med(1, 1)}
+
+        t = asyncio.run(run())
+    finally:
+        engine.close()
+    step1 = (t["t1_n2"] - t["t1_n1"]) / (n2 - n1)
+    stepb = (t["tb_n2"] - t["tb_n1"]) / (n2 - n1)
+    return {"decode_base_s": step1, "decode_per_seq_s": max(stepb - step1, 0.0) / max(batch - 1, 1),
+            "prefill_tokens_per_s": prompt_tokens / max(t["t1_1"] - step1, 1e-6), "max_batch": batch}
+
+
+def measure_learner(train_cfg: Any, model: str, sequences: int, train_tokens: int, prompt_tokens: int,
+                    repeats: int = 2) -> tuple[float, Any]:
+    """(training tokens/s, the learner) of one single-threaded learner on `sequences` sequences of
+    `train_tokens` tokens."""
+    import random
+
+    import torch
+
+    from trainer.learner import Learner
+    from trainer.packing import Sample
+
+    torch.set_num_threads(1)
+    learner = Learner(replace(train_cfg, learner_workers=1), model)
+    rng = random.Random(0)
+    vocab = min(learner.tokenizer.vocab_size, 30000)
+    prompt = [rng.randrange(100, vocab) for _ in range(prompt_tokens)]   # a group shares its prompt
+
+    def batch() -> list[Sample]:
+        out = []
+        for i in range(sequences):
+            gen = [rng.randrange(100, vocab) for _ in range(train_tokens - prompt_tokens)]
+            mask = [0] * prompt_tokens + [1] * len(gen)
+            out.append(Sample(prompt + gen, mask, [-1.0] * len(mask), [0] * len(mask), (-1.0) ** i))
+        return out
+
+    learner.train_step(batch(), 0)  # warm-up
+    times = []
+    for step in range(repeats):
+        t0 = time.perf_counter()
+        learner.train_step(batch(), step + 1)
+        times.append(time.perf_counter() - t0)
+    return sequences * train_tokens / statistics.median(times), learner
+
+
+def measure_sync(learner: Any, engine_cfg: Any, repeats: int = 3) -> float:
+    """Seconds to export the learner's weights and load them into an embedded engine (pause, swap, resume)."""
+    from safetensors.torch import load, save
+
+    from serving.factory import build_engine
+
+    engine = build_engine(replace(engine_cfg, threads=1))
+    try:
+        async def once(version: int) -> float:
+            t0 = time.perf_counter()
+            await engine.pause()
+            # the weights cross a process boundary in a run (Ray's object store): a serialise + load round trip
+            blob = save({k: v.detach().clone().contiguous() for k, v in learner.export_weights(changed_only=False).items()})
+            await engine.update_weights(load(blob), version)
+            await engine.resume()
+            return time.perf_counter() - t0
+
+        async def run() -> float:
+            return statistics.median([await once(v + 1) for v in range(repeats)])
+
+        return asyncio.run(run())
+    finally:
+        engine.close()
+
+
+def profile_device(cfg: Any, prompt_tokens: int, train_tokens: int, batch: int) -> MeasuredSpeed:
+    """The measured speeds of this machine for the configured model (engine, then learner)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    eng = measure_engine(cfg.engine, prompt_tokens, batch)
+    train_tps, learner = measure_learner(cfg.train, cfg.engine.model, cfg.train.batch_size * cfg.train.group_size,
+                                         train_tokens, prompt_tokens)
+    sync = measure_sync(learner, cfg.engine)
+    return MeasuredSpeed(model=cfg.engine.model, decode_base_s=eng["decode_base_s"],
+                         decode_per_seq_s=eng["decode_per_seq_s"], prefill_tokens_per_s=eng["prefill_tokens_per_s"],
+                         train_tokens_per_s=train_tps, max_batch=int(eng["max_batch"]), weight_sync_s=sync)
+
+
+def device_yaml(name: str, speed: MeasuredSpeed, cores: int) -> str:
+    """A cluster file: one node of `cores` single-core devices with the measured speeds."""
+    from dataclasses import asdict
+
+    import psutil
+    from omegaconf import OmegaConf
+
+    memory = round(psutil.virtual_memory().total / 1e9 / cores, 1)  # a core's share of the machine's memory
+    doc = {"gpus": {name: {"hbm_gb": memory, "hbm_tbps": 0, "bf16_tflops": 0, "price_per_hour": 1.0, "intra_node_gbps": 10.0,
+                           "cpu": True, "source": "measured by `hexsearch plan profile` on this machine",
+                           "price_source": "nominal: one core = $1/h", "measured": asdict(speed)}},
+           "pools": [{"name": "local", "gpu": name, "nodes": 1, "gpus_per_node": cores, "nic_gbps": 10.0}]}
+    return "# this machine, profiled: one device = one CPU core\n" + OmegaConf.to_yaml(OmegaConf.create(doc))
