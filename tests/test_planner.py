@@ -261,3 +261,17 @@ def test_plan_file_is_a_config_overlay_with_the_planned_counts(tmp_path):
     assert sum(n.get("hexsearch_learner", 0) for n in nodes.values()) == t.learner_workers
     assert sum(n.get("hexsearch_rollout", 0) for n in nodes.values()) == t.rollout_workers
     assert t.batch_size == inp.workload.batch_size and t.max_staleness == inp.workload.max_staleness
+
+
+def test_phase2_feeds_back_the_link_between_trainer_nodes():
+    # one H800 node per rack and slow links between racks: a trainer on more than 8 devices spans racks
+    cluster = Cluster(pools=[NodePool(f"r{i}", "H800", 1, 8, 50, f"rack{i}") for i in range(3)]
+                      + [NodePool("gen", "H20", 4, 8, 50, "rack0")], inter_rack_gbps=5)
+    inp = inputs(cluster, model("qwen2.5-1.5b"), workload(), train_tp=[1], train_pp=[1])
+    r = make_plan(inp, simulate_plan=False)
+    c = r.problem.train[r.solution.train]
+    racks = {n.rack for n in r.nodes if n.learners}
+    dp_gbps = 5 if len(racks) > 1 else (50 if c.gpus > 8 else 200)
+    types = load_catalog(PLANNER / "gpus.yaml")
+    assert c.step_s == pytest.approx(train_step_s(types["H800"], inp.model, inp.workload, inp.cfg, c.dp, 1, 1,
+                                                  200, dp_gbps))

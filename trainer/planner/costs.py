@@ -177,12 +177,12 @@ def train_step_s(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, dp:
 
 
 def train_options(name: str, g: GpuType, pools: list[NodePool], m: ModelSpec, w: WorkloadSpec,
-                  cfg: PlanConfig) -> list[TrainOption]:
+                  cfg: PlanConfig, cross_node_gbps: float | None = None) -> list[TrainOption]:
     """Every (dp, tp, pp) that fits in memory on this type's devices (tp inside a node; any device count up to eight
     nodes, whole nodes beyond), the fastest per device count, and only counts that are faster than all smaller ones."""
     gpn = min(p.gpus_per_node for p in pools)
     total = sum(p.nodes * p.gpus_per_node for p in pools)
-    nic = min(p.nic_gbps for p in pools)
+    nic = min([p.nic_gbps for p in pools] + ([cross_node_gbps] if cross_node_gbps else []))  # phase 2 may lower it
     out = []
     for tp in sorted(set(cfg.train_tp)):
         for pp in sorted(set(cfg.train_pp)):

@@ -10,8 +10,9 @@ bandwidth between two nodes (the NIC inside a rack, `inter_rack_gbps` across rac
 2. tensor-parallel groups never span nodes: each engine replica's t devices are taken from one node,
    first the trainer's leftover devices, then nodes by bandwidth to the trainer (the weight-sync cut);
 3. the weight sync broadcasts from the trainer: B_sync = min over engine nodes of the best link from a
-   trainer node to it (the device's own node: `intra_node_gbps`). Phase 1 assumed the worst link; the
-   planner re-solves with this B_sync until the two agree.
+   trainer node to it (the device's own node: `intra_node_gbps`). Phase 1 assumed the worst link for the
+   sync and the NIC between the trainer's nodes; the planner re-solves with the links the placement has
+   (B_sync, and the narrowest link between trainer nodes) until they agree.
 """
 
 from __future__ import annotations
@@ -104,8 +105,10 @@ def _bisect(g: nx.Graph, nodes: list[str], want: int) -> list[str]:
     return chosen
 
 
-def place(cluster: Cluster, types: dict[str, GpuType], p: Problem, s: Solution) -> tuple[list[NodeAssignment], float]:
-    """Node assignments and the realised weight-sync bandwidth B_sync (GB/s per device)."""
+def place(cluster: Cluster, types: dict[str, GpuType], p: Problem,
+          s: Solution) -> tuple[list[NodeAssignment], float, float | None]:
+    """Node assignments, the realised weight-sync bandwidth B_sync and the narrowest link between the trainer's
+    nodes (None when it has one node), both GB/s per device."""
     g = node_graph(cluster)
     nodes = {n: NodeAssignment(n, d["gpu"], d["gpus"], d["rack"]) for n, d in g.nodes(data=True)}
     c = p.train[s.train]
@@ -129,7 +132,8 @@ def place(cluster: Cluster, types: dict[str, GpuType], p: Problem, s: Solution) 
         best.engines.append(tp)
     engine_nodes = [n for n in nodes.values() if n.engines]
     sync = min((to_trainer[n.name] for n in engine_nodes), default=0.0)
-    return [n for n in nodes.values() if n.learners or n.engines], sync
+    inner = min((g.edges[a, b]["bw"] for i, a in enumerate(trainer) for b in trainer[i + 1:]), default=None)
+    return [n for n in nodes.values() if n.learners or n.engines], sync, inner
 
 
 def ray_resources(nodes: list[NodeAssignment]) -> dict[str, dict[str, float]]:

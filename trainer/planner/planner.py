@@ -34,7 +34,7 @@ class PlanResult:
     sync_gbps: float
     """Realised weight-sync bandwidth per device, GB/s."""
     iterations: int
-    """Phase 1 + 2 rounds until the sync bandwidth phase 1 assumed matched the placement."""
+    """Phase 1 + 2 rounds until the links phase 1 assumed (weight sync, between trainer nodes) matched the placement."""
     solve_s: float
     """Seconds spent in phases 1 and 2."""
     sim: SimResult | None = None
@@ -53,25 +53,24 @@ def load_inputs(cfg: PlanConfig) -> Inputs:
 
 
 def make_plan(inputs: Inputs, simulate_plan: bool = True, explain: bool = True) -> PlanResult:
-    """Phases 1 and 2 until the weight-sync bandwidth agrees (at most `max_iterations` rounds), then simulate."""
+    """Phases 1 and 2 until the links agree (at most `max_iterations` rounds), then simulate."""
     t0 = time.perf_counter()
-    sync_gbps: float | None = None
+    links: tuple[float | None, float | None] = (None, None)   # (sync, between trainer nodes); None: phase 1's guess
     rounds = 0
     while True:
         rounds += 1
-        problem = build_problem(inputs, sync_gbps)
+        problem = build_problem(inputs, links[0], train_gbps=links[1])
         solution = solve(problem)
         if solution is None:
             raise Infeasible(explain_infeasible(problem))
-        nodes, realised = place(inputs.cluster, inputs.types, problem, solution)
-        if sync_gbps is not None and abs(realised - sync_gbps) <= 1e-9 * max(realised, 1.0):
+        nodes, realised, inner = place(inputs.cluster, inputs.types, problem, solution)
+        if links[0] is not None and (realised, inner) == links:
             break
         if rounds >= inputs.cfg.max_iterations:
-            # keep the last solution but cost it with the bandwidth its placement really has
-            problem = build_problem(inputs, realised)
-            solution = _recost(problem, solution)
+            # keep the last solution but cost it with the links its placement really has
+            problem, solution = _recost(build_problem(inputs, realised, train_gbps=inner), problem, solution)
             break
-        sync_gbps = realised
+        links = (realised, inner)
     result = PlanResult(problem, solution, nodes, realised, rounds, time.perf_counter() - t0)
     if simulate_plan:
         result.sim = simulate(problem, solution, inputs.workload, inputs.cfg.simulate_steps, inputs.cfg.seed)
@@ -80,10 +79,14 @@ def make_plan(inputs: Inputs, simulate_plan: bool = True, explain: bool = True) 
     return result
 
 
-def _recost(p: Problem, s: Solution) -> Solution:
+def _recost(new: Problem, old: Problem, s: Solution) -> tuple[Problem, Solution]:
+    """The solution costed in `new` (its training option found by configuration; generation options do not
+    depend on the links). When `new` no longer lists that option, the old problem and solution stay."""
     from trainer.planner.milp import evaluate
 
-    return evaluate(p, s.replicas, s.train)
+    c = old.train[s.train]
+    match = [i for i, o in enumerate(new.train) if (o.gpu, o.dp, o.tp, o.pp) == (c.gpu, c.dp, c.tp, c.pp)]
+    return (new, evaluate(new, s.replicas, match[0])) if match else (old, s)
 
 
 def describe_solution(p: Problem, s: Solution) -> list[str]:

@@ -35,8 +35,11 @@ def worst_sync_gbps(inputs: Inputs) -> float:
     return min(nic, inputs.cluster.inter_rack_gbps) if len(racks) > 1 else nic
 
 
-def build_problem(inputs: Inputs, sync_gbps: float | None = None, only: str = "") -> Problem:
-    """The MILP instance; `only` restricts the cluster to one GPU type (a homogeneous baseline)."""
+def build_problem(inputs: Inputs, sync_gbps: float | None = None, only: str = "",
+                  train_gbps: float | None = None) -> Problem:
+    """The MILP instance; `only` restricts the cluster to one GPU type (a homogeneous baseline). `sync_gbps`
+    (default: the worst inter-node link) and `train_gbps` (default: the NIC) are the links phase 2 measured
+    for the weight sync and between the trainer's nodes."""
     cfg, m, w = inputs.cfg, inputs.model, inputs.workload
     gen, train = [], []
     by_type: dict[str, list] = {}
@@ -47,7 +50,7 @@ def build_problem(inputs: Inputs, sync_gbps: float | None = None, only: str = ""
             continue
         g = inputs.types[name]
         gen.extend(gen_options(name, g, min(pools, key=lambda p: p.gpus_per_node), m, w, cfg))
-        train.extend(train_options(name, g, pools, m, w, cfg))
+        train.extend(train_options(name, g, pools, m, w, cfg, train_gbps))
     counts = {k: v for k, v in gpu_counts(inputs.cluster).items() if not only or k == only}
     measured_sync = max((inputs.types[k].measured.weight_sync_s for k in counts
                          if inputs.types[k].measured and inputs.types[k].measured.model == m.name), default=0.0)
