@@ -1,5 +1,6 @@
 """A dead engine actor is restarted by Ray and, before it serves again, given the run's current weights
-and version by the engine supervisor (tiny model, real Ray actors, a real learner step)."""
+and version by the engine supervisor; a hung one (SIGSTOPped) is reported, replaced and restored the same
+way (tiny model, real Ray actors, a real learner step)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,22 @@ async def _scenario(cfg, events):
         await asyncio.sleep(0.2)
     after = await asyncio.wait_for(pending, 60)
     status = await handles[0].status.remote()
+
+    # hung: the process stops answering; the supervisor kills it, Ray starts another, which is restored
+    os.kill(status["pid"], signal.SIGSTOP)
+    failures: list = []
+    watch = EngineSupervisor(handles, sync, interval_s=0.2, timeout_s=3, fail=failures.append,
+                             log=lambda event, **kw: events.append((event, kw)))
+    deadline = time.time() + 120
+    while not watch.stats["restored"] and time.time() < deadline:
+        await watch.check()
+        await asyncio.sleep(0.2)
+    replaced = await asyncio.wait_for(_generate_after_restart(proxy), 60)
+    third = await handles[0].status.remote()
     ray.kill(handles[0], no_restart=True)
+    assert not failures, failures
+    assert watch.stats["hung"] >= 1 and third["pid"] not in (pid, status["pid"]) and third["version"] == 1
+    assert replaced.output_ids == before.output_ids and set(replaced.versions) == {1}
     return before, after, status, pid
 
 

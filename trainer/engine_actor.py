@@ -97,7 +97,10 @@ class EngineActor:
 
     async def status(self) -> dict[str, Any]:
         """What the supervisor checks: is this actor waiting for weights, and at which version is it."""
+        import ray
+
         return {"needs_weights": not self._ready.is_set(), "restarted": self.restarted, "pid": os.getpid(),
+                "node": ray.get_runtime_context().get_node_id(),
                 "version": self.engine.version if self.engine is not None else None}
 
     async def health(self) -> dict[str, Any]:

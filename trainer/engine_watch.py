@@ -8,6 +8,8 @@ Every `interval_s` the supervisor asks each engine actor for its `status()`, bou
                                  the next check restores it; down for longer than `timeout_s` (its
                                  restarts are spent) stops the run with an error naming the engine
     no answer within timeout_s   hung: reported, killed so that Ray starts a fresh one, then restored
+                                 (`ray.kill`, and SIGKILL when it runs on this node: a stopped
+                                 process never acts on Ray's kill request)
 
 A restore holds the weight sync's lock, so it never interleaves with a push: the restored actor gets
 exactly the version the other replicas have, before it serves its first token (trainer/engine_actor.py).
@@ -28,6 +30,7 @@ class EngineSupervisor:
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self.log, self.fail = log, fail
         self.down_since: dict[int, float] = {}
+        self.last_seen: dict[int, dict[str, Any]] = {}  # engine -> its last status (pid, node)
         self.stats = {"restored": 0, "hung": 0}
         self._task: asyncio.Task | None = None
 
@@ -56,27 +59,38 @@ class EngineSupervisor:
         await asyncio.gather(*(self._check(i, h) for i, h in enumerate(self.handles)))
 
     async def _check(self, i: int, handle: Any) -> None:
-        import ray
-
         from trainer.controller import _lost_errors
 
         try:
             status = await asyncio.wait_for(handle.status.remote(), self.timeout_s)
+            self.down_since.pop(i, None)
+            self.last_seen[i] = status
+            if status["needs_weights"]:
+                async with self.sync.lock:  # a restore builds the engine too: bounded like a weight sync
+                    version, source = self.sync.current
+                    await asyncio.wait_for(handle.restore.remote(source, version), self.sync.timeout_s)
+                self.stats["restored"] += 1
+                self.log("engine_restored", engine=i, version=version, pid=status["pid"])
         except asyncio.TimeoutError:
             self.stats["hung"] += 1
             self.log("engine_hung", engine=i, timeout_s=self.timeout_s)
-            ray.kill(handle, no_restart=False)  # Ray starts a fresh process; the next round restores it
-            return
+            self._kill(handle, self.last_seen.pop(i, None))  # Ray starts a fresh process; the next round restores it
         except _lost_errors() as e:
             first = self.down_since.setdefault(i, time.monotonic())
             if time.monotonic() - first > self.timeout_s:
                 self.fail(RuntimeError(f"engine actor {i} has been down for {self.timeout_s:g}s and was not restarted "
                                        f"(train.engine_max_restarts spent?): {type(e).__name__}"))
-            return
-        self.down_since.pop(i, None)
-        if status["needs_weights"]:
-            async with self.sync.lock:
-                version, source = self.sync.current
-                await asyncio.wait_for(handle.restore.remote(source, version), self.timeout_s)
-            self.stats["restored"] += 1
-            self.log("engine_restored", engine=i, version=version, pid=status["pid"])
+
+    @staticmethod
+    def _kill(handle: Any, status: dict[str, Any] | None) -> None:
+        import os
+        import signal
+
+        import ray
+
+        ray.kill(handle, no_restart=False)
+        if status and status.get("node") == ray.get_runtime_context().get_node_id():
+            try:
+                os.kill(status["pid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
