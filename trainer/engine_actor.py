@@ -82,9 +82,12 @@ class EngineActor:
         await self.engine.resume()
 
     async def update_weights(self, source: WeightSource, version: int) -> int:
+        from core.memory import release_free_memory
+
         await self.start()
         await self.engine.update_weights(source, version)
         self._ready.set()
+        release_free_memory()  # the previous weights and the batches since the last update, freed but kept by malloc
         return self.engine.version
 
     async def restore(self, source: WeightSource | None, version: int) -> int:

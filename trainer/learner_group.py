@@ -80,7 +80,11 @@ class LearnerWorker:
         return want
 
     def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
-        return self.learner.train_step(samples, version)
+        from core.memory import release_free_memory
+
+        stats = self.learner.train_step(samples, version)
+        release_free_memory()  # this step's activations and micro-batches, freed but kept by malloc
+        return stats
 
     def export_weights(self) -> dict[str, Any]:
         from serving.models import torch_dtype
