@@ -254,3 +254,18 @@ def test_oversized_requests_are_refused_quickly_while_small_ones_are_served(serv
     assert big.status_code == 413 and "request body over" in big.text
     assert streamed.status_code == 413
     assert small.status_code == 200 and len(small.json()["result"][0]) == 3
+
+
+def test_accepted_connections_have_tcp_nodelay(service, qs):
+    """Answers are sent at once, not held for the client's delayed ACK: every connection the server accepted
+    has TCP_NODELAY (asyncio sets it only on sockets made with the TCP protocol number)."""
+    import socket
+
+    with httpx.Client(timeout=60, trust_env=False) as client:  # one kept-alive connection, several requests
+        for q in qs[:3]:
+            assert client.post(service.url + "/retrieve", json={"queries": [q], "topk": 2}).status_code == 200
+        conns = list(service.server.server_state.connections)
+        assert conns
+        for conn in conns:
+            sock = conn.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
