@@ -112,16 +112,15 @@ class SearchAgentWorkflow(Workflow):
                 self._owned.append(self.judge)
 
     def _with_latency(self, tools: dict[str, Any]) -> dict[str, Any]:
-        """Tools with `train.tool_latency_*` simulated web latency, seeded by (run seed, worker, tool) so that
-        every run with the same seed draws the same delays."""
+        """Tools with `train.tool_latency_*` simulated web latency, drawn from (run seed, tool, episode, call) so
+        that every run with the same seed draws the same delays for the same episodes (tools/latency.py)."""
         train = getattr(self.cfg, "train", None)
         if train is None or train.tool_latency_median_s <= 0:
             return tools
         from tools.latency import LatencyTool
 
-        worker = self.shared.get("worker_index", 0)
         return {name: LatencyTool(tool, train.tool_latency_median_s, train.tool_latency_p99_s,
-                                  seed=zlib.crc32(f"{self.cfg.run.seed}/{worker}/{name}".encode()))
+                                  seed=zlib.crc32(f"{self.cfg.run.seed}/{name}".encode()))
                 for name, tool in tools.items()}
 
     def agent_for(self, engine: Any) -> Agent:
@@ -135,7 +134,10 @@ class SearchAgentWorkflow(Workflow):
     async def arun_episode(self, engine: Any, item: Any, *, seed: int | None = None, request_id: str | None = None,
                            on_event: EventFn | None = None) -> Trajectory:
         """One episode (see Workflow); `on_event` receives live events (the `hexsearch ask` trace)."""
+        from tools.latency import begin_episode
+
         await self.setup()
+        begin_episode(request_id or "")  # simulated tool latency is drawn per (episode, call), not per process
         return await self.agent_for(engine).run(item, request_id=request_id, seed=seed, on_event=on_event)
 
     def with_temperature(self, temperature: float) -> SearchAgentWorkflow:
