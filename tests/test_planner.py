@@ -275,3 +275,15 @@ def test_phase2_feeds_back_the_link_between_trainer_nodes():
     types = load_catalog(PLANNER / "gpus.yaml")
     assert c.step_s == pytest.approx(train_step_s(types["H800"], inp.model, inp.workload, inp.cfg, c.dp, 1, 1,
                                                   200, dp_gbps))
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b"])
+def test_plan_is_never_worse_than_the_best_single_type_plan_at_equal_budget(name):
+    from trainer.planner.planner import homogeneous_best
+
+    cluster, types = load_cluster(PLANNER / "clusters" / "h800-h20-pool.yaml")
+    inp = Inputs(cluster, types, model(name), workload(), PlanConfig(budget_per_hour=200.0))
+    mixed = make_plan(inp, simulate_plan=False, explain=False)
+    gpu, single = homogeneous_best(inp, 200.0)
+    assert mixed.solution.cost <= 200.0 and single.solution.cost <= 200.0
+    assert mixed.solution.throughput >= single.solution.throughput * (1 - 1e-9)

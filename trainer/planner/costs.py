@@ -8,7 +8,8 @@ Generation replica k = (gpu, t, b), memory-bound decoding (the roofline):
     t_tp(b)   = 2 L (2 (t-1)/t  b h 2 / (B_intra e_link) + lat)          (two all-reduces per layer, t > 1)
     b <= b_max = (t M f_mem - P s) / (c_end kappa)                        (KV capacity)
 with c the mean context during decoding and c_end the mean final context. Prefill of a trajectory's
-prompt and tool results costs pf = 2 P (prompt + turns x tool_tokens) / (t F mfu_prefill). A replica
+prompt (beyond the prefix all share, which the prefix cache holds) and tool results costs
+pf = 2 P (prompt - shared_prefix + (turns - 1) tool_tokens) / (t F mfu_prefill). A replica
 completes r_k = 1 / (R t_step(b) / b + pf) trajectories/s (R: mean generated tokens per trajectory);
 a trajectory spends b / r_k on the engine, plus its tool calls: mean latency l_k, tail latency l_tail_k.
 Keeping the replica busy needs n_k = r_k l_k episodes in flight (Little's law).
@@ -115,8 +116,9 @@ def max_decode_batch(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig,
 
 
 def prefill_s(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, tp: int) -> float:
-    """pf: seconds of prefill per trajectory (prompt + tool results; earlier turns stay cached)."""
-    tokens = w.prompt_tokens + max(w.turns - 1, 0) * w.tool_tokens_per_turn
+    """pf: seconds of prefill per trajectory (prompt beyond the shared prefix + tool results; earlier turns and
+    the shared prefix stay cached)."""
+    tokens = max(w.prompt_tokens - w.shared_prefix_tokens, 0) + max(w.turns - 1, 0) * w.tool_tokens_per_turn
     if g.measured and g.measured.model == m.name and g.measured.prefill_tokens_per_s > 0:
         return tokens / g.measured.prefill_tokens_per_s
     return 2 * m.params_b * 1e9 * tokens / (tp * g.bf16_tflops * 1e12 * cfg.mfu_prefill)

@@ -63,11 +63,13 @@ def build_problem(inputs: Inputs, sync_gbps: float | None = None, only: str = ""
 
 
 def homogeneous(inputs: Inputs, gpu: str, budget: float) -> Inputs:
-    """The baseline at equal budget: a cluster of only `gpu`, as many devices as the budget buys (whole nodes
-    of the same shape and links as the original pool of that type, counted per device)."""
-    pool = next(p for p in inputs.cluster.pools if p.gpu == gpu)
+    """The baseline at equal budget: the cluster's pools of `gpu` only (same nodes, racks and links), plus
+    nodes of the same shape in the first such pool's rack when the budget buys more devices than they hold."""
+    pools = [p for p in inputs.cluster.pools if p.gpu == gpu]
     devices = int(budget // inputs.types[gpu].price_per_hour)
-    nodes = max(1, -(-devices // pool.gpus_per_node))
-    one = dataclasses.replace(pool, name=f"{gpu.lower()}-only", nodes=nodes, rack="")
-    cluster = dataclasses.replace(inputs.cluster, pools=[one])
-    return dataclasses.replace(inputs, cluster=cluster)
+    have = sum(p.nodes * p.gpus_per_node for p in pools)
+    if devices > have:
+        first = pools[0]
+        extra = -(-(devices - have) // first.gpus_per_node)
+        pools = pools + [dataclasses.replace(first, name=f"{first.name}-extra", nodes=extra, rack=first.rack or first.name)]
+    return dataclasses.replace(inputs, cluster=dataclasses.replace(inputs.cluster, pools=pools))

@@ -116,6 +116,9 @@ class ModelSpec:
 class WorkloadSpec:
     prompt_tokens: float = 512.0
     """Mean prompt tokens per trajectory (system prompt + question)."""
+    shared_prefix_tokens: float = 0.0
+    """Leading prompt tokens every trajectory shares (system prompt, worked example): an engine's prefix cache
+    prefills them once, so they cost no prefill per trajectory."""
     response_tokens_mean: float = 1024.0
     """Mean tokens the policy generates per trajectory, all turns together."""
     response_tokens_p99: float = 4096.0
