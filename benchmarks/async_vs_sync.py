@@ -8,11 +8,16 @@ the same code (`trainer.train.train`), model, world, agent and seeds; only max_s
 Metric: trained samples per second = steps * B * G / (sum of the loop's step times), so setup (Ray,
 world, model loads) is excluded and evaluation is off. The first step of both runs waits for the
 first batch to be generated from nothing; 16 steps amortise that one-time cost the way a training run
-does, and the steady-state figures (steps 2..N) are reported beside it. Prints
-`RESULT async_vs_sync ratio=<async samples/s / sync samples/s> ...` and writes
+does, and the steady-state figures (steps 2..N) are reported beside it.
+
+Fairness: both arms draw the same tool latencies for the same episodes (tools/latency.py draws per
+seed, episode and call, not per process), and they run in alternating order over `--repeats` rounds
+(sync first, then async first, ...) so neither always gets the warmer machine. The ratio is taken per
+round; the headline is the median round, with the min and max. Prints
+`RESULT async_vs_sync ratio=<median async samples/s / sync samples/s> ...` and writes
 benchmarks/results/async_vs_sync.json.
 
-    .venv/bin/python benchmarks/async_vs_sync.py [--model tiny-random] [--steps 16]
+    .venv/bin/python benchmarks/async_vs_sync.py [--model tiny-random] [--steps 16] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -83,31 +89,39 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16, help="training steps per run (at least 2)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of both arms, in alternating order")
     args = ap.parse_args()
     if args.steps < 2:
         ap.error("--steps must be at least 2 (the steady state starts at step 2)")
+    rounds = []
     with tempfile.TemporaryDirectory(prefix="async_vs_sync-") as tmp:
         root = Path(tmp)
-        sync = run_once(root, "sync", 0, args)
-        asyn = run_once(root, "async", 4, args)
-    ratio = asyn["samples_per_s"] / sync["samples_per_s"]
-    steady = asyn["steady_samples_per_s"] / sync["steady_samples_per_s"]
-    out = {"benchmark": "async_vs_sync", "ratio": ratio, "steady_ratio": steady, "async": asyn, "sync": sync,
-           "model": args.model,
+        for r in range(args.repeats):
+            arms = [("sync", 0), ("async", 4)] if r % 2 == 0 else [("async", 4), ("sync", 0)]
+            got = {name: run_once(root, f"{name}-{r}", staleness, args) for name, staleness in arms}
+            rounds.append({"order": [a for a, _ in arms], **got,
+                           "ratio": got["async"]["samples_per_s"] / got["sync"]["samples_per_s"],
+                           "steady_ratio": got["async"]["steady_samples_per_s"] / got["sync"]["steady_samples_per_s"]})
+            print(f"round {r + 1}/{args.repeats} ({' then '.join(a for a, _ in arms)}): ratio {rounds[-1]['ratio']:.2f} "
+                  f"(async {got['async']['samples_per_s']:.2f}, sync {got['sync']['samples_per_s']:.2f} samples/s)",
+                  flush=True)
+
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    ratio = spread([x["ratio"] for x in rounds])
+    steady = spread([x["steady_ratio"] for x in rounds])
+    asyn = spread([x["async"]["samples_per_s"] for x in rounds])
+    sync = spread([x["sync"]["samples_per_s"] for x in rounds])
+    out = {"benchmark": "async_vs_sync", "ratio": ratio, "steady_ratio": steady, "async_samples_per_s": asyn,
+           "sync_samples_per_s": sync, "rounds": rounds, "model": args.model,
            "tool_latency": {"median_s": 0.5, "p99_s": 5.0}, "batch": args.batch, "group": args.group,
            "cpus": os.cpu_count()}
     results = ROOT / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / "async_vs_sync.json").write_text(json.dumps(out, indent=2))
-    print(f"sync  (max_staleness=0): {sync['samples_per_s']:.2f} trained samples/s, waited {sync['wait_s']} s "
-          f"of {sync['loop_s']} s for rollouts (first step {sync['first_step_s']} s)")
-    print(f"async (max_staleness=4): {asyn['samples_per_s']:.2f} trained samples/s, waited {asyn['wait_s']} s "
-          f"of {asyn['loop_s']} s, mean staleness {asyn['mean_staleness']:.2f} "
-          f"(first step {asyn['first_step_s']} s)")
-    print(f"RESULT async_vs_sync ratio={ratio:.2f} async_samples_per_s={asyn['samples_per_s']:.2f} "
-          f"sync_samples_per_s={sync['samples_per_s']:.2f} steady_ratio={steady:.2f} steps={args.steps} "
-          f"model={args.model}")
-
+    print(f"RESULT async_vs_sync ratio={ratio['median']:.2f} range={ratio['min']:.2f}-{ratio['max']:.2f} "
+          f"async_samples_per_s={asyn['median']:.2f} sync_samples_per_s={sync['median']:.2f} "
+          f"steady_ratio={steady['median']:.2f} rounds={args.repeats} steps={args.steps} model={args.model}")
 
 if __name__ == "__main__":
     main()
