@@ -15,7 +15,8 @@ and a real run on this machine.
    `hexsearch plan profile` measures this CPU (engine + learner + weight sync, one core per device),
    then for each placement the simulator predicts trained samples/s and a real `hexsearch train` run of
    the quickstart with that placement measures it (steps 2..N; B G / step time); the workload (prompt,
-   generated and tool tokens per trajectory, turns) is read from that run's trajectories.
+   shared prefix, generated and tool tokens per trajectory, turns, the fraction of groups dynamic filtering
+   kept for the loss) is read from that run's trajectories and metrics.
 
 Prints `RESULT planner ratio=<geomean over scenarios> gap=<max> solve_s=<median at 1,024> prediction_error=<max>`
 and writes benchmarks/results/planner.json.
@@ -165,7 +166,12 @@ def validate(steps: int, work: Path) -> list[dict]:
     work.mkdir(parents=True, exist_ok=True)
     device, plan = work / "this-cpu.yaml", work / "plan.yaml"
     cli = [sys.executable, "-m", "hexsearch.cli"]
-    print(_run([*cli, "plan", "profile", "configs/quickstart.yaml", "--batch", "48", "--out", str(device)], 600), flush=True)
+    quick = load_spec(PLANNER / "workloads" / "quickstart-cpu.yaml", WorkloadSpec)
+    print(_run([*cli, "plan", "profile", "configs/quickstart.yaml", "--batch", "48", "--prompt-tokens",
+                str(round(quick.prompt_tokens)), "--shared-prefix-tokens", str(round(quick.shared_prefix_tokens)),
+                "--train-tokens", str(round(quick.prompt_tokens + quick.response_tokens_mean
+                                            + quick.turns * quick.tool_tokens_per_turn)), "--out", str(device)], 600),
+          flush=True)
     print(_run([*cli, "plan", "--cluster", str(device), "--model", str(PLANNER / "models" / "smollm2-135m.yaml"),
                 "--workload", str(PLANNER / "workloads" / "quickstart-cpu.yaml"), "--base", "configs/quickstart.yaml",
                 "--out", str(plan), "plan.gen_tp=[1]", "plan.train_tp=[1]", "plan.train_pp=[1]"], 300), flush=True)
@@ -190,8 +196,10 @@ def predict(label: str, run: Path, device: Path) -> dict:
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     step_rows = [m for m in metrics if "time/step_s" in m]
     measured = t.batch_size * t.group_size * len(step_rows[1:]) / sum(m["time/step_s"] for m in step_rows[1:])
+    kept = [m["train/kept_groups"] for m in step_rows if "train/kept_groups" in m]
     w = dataclasses.replace(workload_of(run, WorkloadSpec()), batch_size=t.batch_size, group_size=t.group_size,
-                            max_staleness=t.max_staleness, max_concurrent_episodes=t.max_concurrent_episodes)
+                            max_staleness=t.max_staleness, max_concurrent_episodes=t.max_concurrent_episodes,
+                            trained_fraction=statistics.mean(kept) / t.batch_size if kept else 1.0)
     inp = Inputs(cluster, types, load_spec(PLANNER / "models" / "smollm2-135m.yaml", ModelSpec), w,
                  PlanConfig(gen_tp=[1], train_tp=[1], train_pp=[1], batch_ladder=1,
                             max_decode_batch=cfg.engine.max_batch_size))

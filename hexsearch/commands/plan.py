@@ -44,17 +44,18 @@ def run_plan(config: str | None, overrides: list[str] | None, cluster: str | Non
 
 
 def run_profile(config: str | None, overrides: list[str] | None, out: str, prompt_tokens: int,
-                train_tokens: int, batch: int, name: str) -> str:
+                train_tokens: int, batch: int, name: str, shared_prefix: int = 0) -> str:
     """Measure engine and learner speed here and write a one-node cluster file of this machine."""
     from trainer.planner.profile import device_yaml, profile_device
 
     cfg = config_from_cli(config, overrides)
-    speed = profile_device(cfg, prompt_tokens, train_tokens, batch)
+    speed = profile_device(cfg, prompt_tokens, train_tokens, batch, shared_prefix)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(device_yaml(name, speed, os.cpu_count() or 1))
     return (f"{name}: decode {speed.decode_base_s * 1e3:.1f} ms/step at batch 1, +{speed.decode_per_seq_s * 1e3:.2f} "
             f"ms per extra sequence (to batch {speed.max_batch}); prefill {speed.prefill_tokens_per_s:.0f} tokens/s; "
-            f"training {speed.train_tokens_per_s:.0f} tokens/s\nwrote {out}")
+            f"training {speed.train_tokens_per_s:.0f} tokens/s + {speed.train_fixed_s:.1f}s per step; weight sync "
+            f"{speed.weight_sync_s:.2f}s\nwrote {out}")
 
 
 def register(app: typer.Typer) -> None:
@@ -72,12 +73,14 @@ def register(app: typer.Typer) -> None:
              prompt_tokens: int = typer.Option(320, "--prompt-tokens", help="profile: prompt tokens per request."),
              train_tokens: int = typer.Option(400, "--train-tokens", help="profile: tokens per training sequence."),
              batch: int = typer.Option(16, "--batch", help="profile: largest decode batch measured."),
+             shared_prefix: int = typer.Option(0, "--shared-prefix-tokens",
+                                               help="profile: prompt tokens all training sequences share."),
              name: str = typer.Option("cpu", "--name", help="profile: device type name."),
              ) -> None:
         if config == "profile":
             rest = list(overrides or [])
             cfg_path = rest.pop(0) if rest and "=" not in rest[0] else None
             typer.echo(run_profile(cfg_path, rest, out or "configs/planner/clusters/this-cpu.yaml", prompt_tokens,
-                                   train_tokens, batch, name))
+                                   train_tokens, batch, name, shared_prefix))
             return
         typer.echo(run_plan(config, overrides, cluster, model, workload, budget, target, out, base, simulate))

@@ -14,7 +14,8 @@ completes r_k = 1 / (R t_step(b) / b + pf) trajectories/s (R: mean generated tok
 a trajectory spends b / r_k on the engine, plus its tool calls: mean latency l_k, tail latency l_tail_k.
 Keeping the replica busy needs n_k = r_k l_k episodes in flight (Little's law).
 
-Training configuration c = (gpu, dp, tp, pp) on n = dp tp pp devices, one step of T tokens:
+Training configuration c = (gpu, dp, tp, pp) on n = dp tp pp devices, one step of T tokens
+(T = B G trained_fraction x tokens per trajectory):
     t_comp = (6 + 2 [recompute_prox]) P T / (n F mfu_train) x (1 + (pp-1)/m)   (m micro-batches per rank)
     t_tp   = (T/dp) (L/pp) 4 h 2 x 2 (tp-1)/tp / (B_intra e_link)
     t_dp   = 3 x 2 P/(tp pp) x (dp-1)/dp / (B_dp e_link)                   (FSDP: reduce-scatter + 2 all-gathers)
@@ -163,9 +164,9 @@ def train_memory_gb(m: ModelSpec, cfg: PlanConfig, dp: int, tp: int, pp: int) ->
 def train_step_s(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, dp: int, tp: int, pp: int,
                  intra_gbps: float, dp_gbps: float) -> float:
     """tau_c of one step (see the module docstring); measured tokens/s replace the roofline when profiled."""
-    tokens = w.batch_size * w.group_size * tokens_per_trajectory(w)
+    tokens = w.batch_size * w.group_size * w.trained_fraction * tokens_per_trajectory(w)
     if g.measured and g.measured.model == m.name and g.measured.train_tokens_per_s > 0:
-        return tokens / (g.measured.train_tokens_per_s * dp)
+        return tokens / (g.measured.train_tokens_per_s * dp) + g.measured.train_fixed_s
     p = m.params_b * 1e9
     flops = (8 if cfg.recompute_prox else 6) * p * tokens
     n = dp * tp * pp

@@ -7,8 +7,9 @@ model (`engine.model`), engine settings and learner settings, each thread count 
              t_step(b) = (t(b, n2) - t(b, n1)) / (n2 - n1)  ->  decode_base_s = t_step(1),
              decode_per_seq_s = (t_step(b) - t_step(1)) / (b - 1)
     prefill: prompt_tokens / (t(1, 1) - t_step(1))
-    train:   tokens / wall time of one learner step on batch x group sequences of `train_tokens` tokens
-             (after one warm-up step), with the configured pi_prox mode and packing
+    train:   learner steps of B and B/2 groups (G sequences of `train_tokens` tokens; all share a system
+             prefix, a group its prompt) with the configured pi_prox mode and packing, after a warm-up step:
+             t = fixed + tokens / rate through the two medians
     sync:    wall time of pause + update_weights(the learner's full state, serialised and loaded back as
              it crosses Ray's object store in a run) + resume on an engine
 Each figure is the median of `repeats` measurements.
@@ -69,10 +70,12 @@ def measure_engine(engine_cfg: Any, prompt_tokens: int, batch: int, n1: int = 8,
             "prefill_tokens_per_s": prompt_tokens / max(t["t1_1"] - step1, 1e-6), "max_batch": batch}
 
 
-def measure_learner(train_cfg: Any, model: str, sequences: int, train_tokens: int, prompt_tokens: int,
-                    repeats: int = 2) -> tuple[float, Any]:
-    """(training tokens/s, the learner) of one single-threaded learner on `sequences` sequences of
-    `train_tokens` tokens."""
+def measure_learner(train_cfg: Any, model: str, groups: int, group_size: int, train_tokens: int, prompt_tokens: int,
+                    shared_prefix: int, repeats: int = 2) -> tuple[float, float, Any]:
+    """(training tokens/s, fixed seconds per step, the learner) of one single-threaded learner. Steps of `groups`
+    and of `groups // 2` groups of `group_size` sequences of `train_tokens` tokens: all share the first
+    `shared_prefix` prompt tokens, a group shares its whole prompt. The two step times give the line
+    t = fixed + tokens / rate (the optimizer step and the step-wide shared prefix cost the same at any size)."""
     import random
 
     import torch
@@ -84,23 +87,37 @@ def measure_learner(train_cfg: Any, model: str, sequences: int, train_tokens: in
     learner = Learner(replace(train_cfg, learner_workers=1), model)
     rng = random.Random(0)
     vocab = min(learner.tokenizer.vocab_size, 30000)
-    prompt = [rng.randrange(100, vocab) for _ in range(prompt_tokens)]   # a group shares its prompt
+    system = [rng.randrange(100, vocab) for _ in range(min(shared_prefix, prompt_tokens))]
 
-    def batch() -> list[Sample]:
+    def batch(n_groups: int) -> list[Sample]:
         out = []
-        for i in range(sequences):
-            gen = [rng.randrange(100, vocab) for _ in range(train_tokens - prompt_tokens)]
-            mask = [0] * prompt_tokens + [1] * len(gen)
-            out.append(Sample(prompt + gen, mask, [-1.0] * len(mask), [0] * len(mask), (-1.0) ** i))
+        for _ in range(n_groups):
+            prompt = system + [rng.randrange(100, vocab) for _ in range(prompt_tokens - len(system))]
+            for i in range(group_size):
+                gen = [rng.randrange(100, vocab) for _ in range(train_tokens - prompt_tokens)]
+                mask = [0] * prompt_tokens + [1] * len(gen)
+                out.append(Sample(prompt + gen, mask, [-1.0] * len(mask), [0] * len(mask), (-1.0) ** i))
         return out
 
-    learner.train_step(batch(), 0)  # warm-up
-    times = []
-    for step in range(repeats):
-        t0 = time.perf_counter()
-        learner.train_step(batch(), step + 1)
-        times.append(time.perf_counter() - t0)
-    return sequences * train_tokens / statistics.median(times), learner
+    learner.train_step(batch(max(groups // 2, 1)), 0)  # warm-up
+    step = 0
+
+    def timed(n_groups: int) -> float:
+        nonlocal step
+        times = []
+        for _ in range(repeats):
+            step += 1
+            samples = batch(n_groups)
+            t0 = time.perf_counter()
+            learner.train_step(samples, step)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    small, large = max(groups // 2, 1), max(groups, 2)
+    t_small, t_large = timed(small), timed(large)
+    per_token = max(t_large - t_small, 1e-9) / ((large - small) * group_size * train_tokens)
+    fixed = max(t_large - per_token * large * group_size * train_tokens, 0.0)
+    return 1.0 / per_token, fixed, learner
 
 
 def measure_sync(learner: Any, engine_cfg: Any, repeats: int = 3) -> float:
@@ -128,16 +145,17 @@ def measure_sync(learner: Any, engine_cfg: Any, repeats: int = 3) -> float:
         engine.close()
 
 
-def profile_device(cfg: Any, prompt_tokens: int, train_tokens: int, batch: int) -> MeasuredSpeed:
-    """The measured speeds of this machine for the configured model (engine, then learner)."""
+def profile_device(cfg: Any, prompt_tokens: int, train_tokens: int, batch: int, shared_prefix: int = 0) -> MeasuredSpeed:
+    """The measured speeds of this machine for the configured model (engine, then learner, then weight sync)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     eng = measure_engine(cfg.engine, prompt_tokens, batch)
-    train_tps, learner = measure_learner(cfg.train, cfg.engine.model, cfg.train.batch_size * cfg.train.group_size,
-                                         train_tokens, prompt_tokens)
+    train_tps, fixed, learner = measure_learner(cfg.train, cfg.engine.model, cfg.train.batch_size, cfg.train.group_size,
+                                                train_tokens, prompt_tokens, shared_prefix)
     sync = measure_sync(learner, cfg.engine)
     return MeasuredSpeed(model=cfg.engine.model, decode_base_s=eng["decode_base_s"],
                          decode_per_seq_s=eng["decode_per_seq_s"], prefill_tokens_per_s=eng["prefill_tokens_per_s"],
-                         train_tokens_per_s=train_tps, max_batch=int(eng["max_batch"]), weight_sync_s=sync)
+                         train_tokens_per_s=train_tps, train_fixed_s=fixed, max_batch=int(eng["max_batch"]),
+                         weight_sync_s=sync)
 
 
 def device_yaml(name: str, speed: MeasuredSpeed, cores: int) -> str:

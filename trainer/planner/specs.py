@@ -37,7 +37,9 @@ class MeasuredSpeed:
     prefill_tokens_per_s: float = 0.0
     """Prompt tokens per second of prefill."""
     train_tokens_per_s: float = 0.0
-    """Tokens per second of one training step (forward, backward, optimizer; pi_prox included as configured)."""
+    """Tokens per second of training (forward, backward; pi_prox included as configured)."""
+    train_fixed_s: float = 0.0
+    """Seconds of a training step that do not grow with its tokens (optimizer step, the step-wide shared prefix)."""
     max_batch: int = 0
     """Largest decode batch measured (the planner does not extrapolate beyond it)."""
     weight_sync_s: float = 0.0
@@ -132,6 +134,9 @@ class WorkloadSpec:
     """Median seconds of one tool call (log-normal with the p99)."""
     tool_latency_p99_s: float = 0.0
     """99th percentile seconds of one tool call."""
+    trained_fraction: float = 1.0
+    """Fraction of a step's trajectories that reach the loss: dynamic filtering (`train.filter_groups=drop`) leaves
+    out groups whose rewards are all equal, and the learner skips their compute."""
     batch_size: int = 64
     """Questions (groups) per training step (`train.batch_size`)."""
     group_size: int = 8
