@@ -23,7 +23,9 @@ def cpu_device(decode_s: float, train_tps: float) -> GpuType:
     """A profiled CPU core with the given decode step and training speed."""
     return GpuType(hbm_gb=16, hbm_tbps=0, bf16_tflops=0, price_per_hour=1.0, intra_node_gbps=10, cpu=True,
                    source="test", price_source="test",
-                   measured=MeasuredSpeed("toy", decode_s, decode_s / 10, 5000, train_tps, 16, 0.1))
+                   measured=MeasuredSpeed(model="toy", decode_base_s=decode_s, decode_per_seq_s=decode_s / 10,
+                                          prefill_tokens_per_s=5000, train_tokens_per_s=train_tps, max_batch=16,
+                                          weight_sync_s=0.1))
 
 
 def toy_plan(tmp_path):
