@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import warnings
 import zlib
 from typing import Any
 
@@ -38,7 +39,9 @@ class EngineActor:
             torch.set_num_threads(threads)
         self.cfg, self.ready_timeout_s = engine_cfg, ready_timeout_s
         self.engine: Any = None
-        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        with warnings.catch_warnings():  # Ray's own property reads a deprecated field and warns on every start
+            warnings.simplefilter("ignore")
+            self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
         # a fresh actor starts at the base weights (version 0) like every replica; a restarted one must
         # first be given the run's current weights (unless it is never synced, like the judge)
         self._ready, self._building = asyncio.Event(), asyncio.Lock()
