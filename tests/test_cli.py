@@ -17,8 +17,8 @@ def test_help_lists_all_commands():
         assert f" {cmd} " in out.stdout, cmd
 
 
-def test_unfilled_command_fails_with_one_line():
+def test_incomplete_command_fails_with_one_line():
     out = run("plan")
     assert out.returncode != 0
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "not available yet" in lines[0]
+    assert len(lines) == 1 and "plan.cluster is required" in lines[0]

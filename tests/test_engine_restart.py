@@ -25,7 +25,7 @@ def _request(rid: str) -> GenerateRequest:
                            sampling=SamplingParams(temperature=0.0, max_new_tokens=6))
 
 
-async def _scenario(cfg, events):
+async def _scenario(cfg, events, hung: bool):
     import ray
     from test_learner import _samples
 
@@ -50,6 +50,9 @@ async def _scenario(cfg, events):
         await asyncio.sleep(0.2)
     after = await asyncio.wait_for(pending, 60)
     status = await handles[0].status.remote()
+    if not hung:
+        ray.kill(handles[0], no_restart=True)
+        return before, after, status, pid
 
     # hung: the process stops answering; the supervisor kills it, Ray starts another, which is restored
     os.kill(status["pid"], signal.SIGSTOP)
@@ -80,7 +83,7 @@ async def _generate_after_restart(proxy):
     raise AssertionError("the engine actor never came back")
 
 
-def test_killed_engine_actor_serves_again_only_with_the_current_weights(tiny_model_spec):
+def _run(tiny_model_spec, hung: bool):
     import ray
 
     cfg = load_config(None, [f"engine.model={tiny_model_spec}", "engine.backend=embedded", "engine.dtype=float32",
@@ -89,7 +92,7 @@ def test_killed_engine_actor_serves_again_only_with_the_current_weights(tiny_mod
     init_ray(cfg.train)
     events: list = []
     try:
-        before, after, status, old_pid = asyncio.run(_scenario(cfg, events))
+        before, after, status, old_pid = asyncio.run(_scenario(cfg, events, hung))
     finally:
         if started:
             ray.shutdown()
@@ -100,3 +103,12 @@ def test_killed_engine_actor_serves_again_only_with_the_current_weights(tiny_mod
     # same greedy tokens and log-probs as before the kill: the trained weights, not the base ones
     assert after.output_ids == before.output_ids and set(after.versions) == {1}
     assert after.logprobs == pytest.approx(before.logprobs, abs=1e-5)
+
+
+def test_killed_engine_actor_serves_again_only_with_the_current_weights(tiny_model_spec):
+    _run(tiny_model_spec, hung=False)
+
+
+@pytest.mark.slow
+def test_hung_engine_actor_is_replaced_and_restored(tiny_model_spec):
+    _run(tiny_model_spec, hung=True)

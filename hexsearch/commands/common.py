@@ -41,10 +41,5 @@ def open_run(cfg: HexConfig, kind: str) -> RunDir:
     return run
 
 
-def not_available(command: str, issue: str) -> None:
-    """Exit non-zero with a one-line message for a command a later issue fills."""
-    raise UserError(f"'{command}' is not available yet ({issue})", exit_code=3)
-
-
 def print_json(obj) -> None:
     typer.echo(json.dumps(obj, indent=2, default=str))
