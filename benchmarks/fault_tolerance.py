@@ -69,7 +69,6 @@ train:
   learner_resources: {{num_cpus: 1, threads: 1}}
   engine_resources: {{num_cpus: 1, threads: 1}}
 """
-INFRA_STOPS = {"engine_error", "engine_abort", "agent_error"}
 
 
 def _rows(path: Path) -> list[dict]:
@@ -157,8 +156,8 @@ class Injector(threading.Thread):
 
 def audit(run: Path, steps: int, batch_size: int, n_items: int) -> dict:
     """The three counts of the module docstring, from the run's files."""
-    sys.path.insert(0, str(ROOT))
     from trainer import checkpoint
+    from trainer.controller import INFRA_STOPS
 
     events = _rows(run / "rollouts.jsonl")
     trajs = _rows(run / "trajectories" / "train.jsonl")

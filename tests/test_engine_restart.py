@@ -73,12 +73,12 @@ async def _scenario(cfg, events, hung: bool):
 
 
 async def _generate_after_restart(proxy):
-    from trainer.controller import _lost_errors
+    from trainer.controller import lost_errors
 
     for _ in range(200):  # the call in flight at the kill fails; the next ones reach the new process
         try:
             return await proxy.generate(_request("b"))
-        except _lost_errors():
+        except lost_errors():
             await asyncio.sleep(0.1)
     raise AssertionError("the engine actor never came back")
 

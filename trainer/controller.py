@@ -36,7 +36,8 @@ INFRA_STOPS = frozenset({"engine_error", "engine_abort", "agent_error"})
 """Stop reasons that say the episode failed, not the policy: such an episode is never training data."""
 
 
-def _lost_errors() -> tuple[type[BaseException], ...]:
+def lost_errors() -> tuple[type[BaseException], ...]:
+    """The Ray errors that mean an actor died or is restarting (its call is lost, not failed by its code)."""
     global LOST_ERRORS
     if not LOST_ERRORS:
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
@@ -135,7 +136,7 @@ class RolloutController:
             trajectories = await ref
         except asyncio.CancelledError:
             raise
-        except _lost_errors() as e:
+        except lost_errors() as e:
             self._finish(key, w)
             self.staleness.on_reject()
             self.stats["lost"] += 1

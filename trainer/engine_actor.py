@@ -50,6 +50,8 @@ class EngineActor:
 
     async def start(self) -> int:
         """Build the engine inside the actor's event loop; returns the engine's version."""
+        if self.engine is not None:  # every call passes here: no lock once built
+            return self.engine.version
         async with self._building:  # calls arriving while the engine is built wait for it
             if self.engine is None:
                 from serving.factory import build_engine
@@ -95,11 +97,10 @@ class EngineActor:
 
     async def restore(self, source: WeightSource | None, version: int) -> int:
         """Bring a restarted actor to the run's weights (`source` None: the base weights are current)."""
-        await self.start()
         if source is not None:
-            await self.engine.update_weights(source, version)
+            return await self.update_weights(source, version)
         self._ready.set()
-        return self.engine.version
+        return await self.start()
 
     async def status(self) -> dict[str, Any]:
         """What the supervisor checks: is this actor waiting for weights, and at which version is it."""
@@ -166,10 +167,10 @@ class EngineProxy:
 async def _broadcast(calls: Any) -> None:
     """Await one call per replica; a replica that died (or is restarting) is skipped, since the supervisor
     gives it the current weights when it is back. Any other error is raised."""
-    from trainer.controller import _lost_errors
+    from trainer.controller import lost_errors
 
     for result in await asyncio.gather(*calls, return_exceptions=True):
-        if isinstance(result, BaseException) and not isinstance(result, _lost_errors()):
+        if isinstance(result, BaseException) and not isinstance(result, lost_errors()):
             raise result
 
 

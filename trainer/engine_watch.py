@@ -59,7 +59,7 @@ class EngineSupervisor:
         await asyncio.gather(*(self._check(i, h) for i, h in enumerate(self.handles)))
 
     async def _check(self, i: int, handle: Any) -> None:
-        from trainer.controller import _lost_errors
+        from trainer.controller import lost_errors
 
         try:
             status = await asyncio.wait_for(handle.status.remote(), self.timeout_s)
@@ -75,7 +75,7 @@ class EngineSupervisor:
             self.stats["hung"] += 1
             self.log("engine_hung", engine=i, timeout_s=self.timeout_s)
             self._kill(handle, self.last_seen.pop(i, None))  # Ray starts a fresh process; the next round restores it
-        except _lost_errors() as e:
+        except lost_errors() as e:
             first = self.down_since.setdefault(i, time.monotonic())
             if time.monotonic() - first > self.timeout_s:
                 self.fail(RuntimeError(f"engine actor {i} has been down for {self.timeout_s:g}s and was not restarted "

@@ -149,9 +149,9 @@ class LearnerGroup:
 
     async def _call(self, what: str, refs: list[Any]) -> list[Any]:
         """Await one call per rank; a dead or silent rank becomes `LearnerLost` naming it."""
-        from trainer.controller import _lost_errors
+        from trainer.controller import lost_errors
 
-        tasks = [asyncio.ensure_future(_wrap(r)) for r in refs]
+        tasks = [asyncio.ensure_future(r) for r in refs]
         done, pending = await asyncio.wait(tasks, timeout=self.timeout_s)
         for t in pending:
             t.cancel()
@@ -160,7 +160,7 @@ class LearnerGroup:
             raise LearnerLost(f"learner rank(s) {hung} did not finish {what} within {self.timeout_s:g}s "
                               "(train.learner_step_timeout_s)")
         for i, t in enumerate(tasks):
-            if isinstance(t.exception(), _lost_errors()):
+            if isinstance(t.exception(), lost_errors()):
                 raise LearnerLost(f"learner rank {i} died during {what}: {type(t.exception()).__name__}")
         return [t.result() for t in tasks]
 
@@ -174,18 +174,12 @@ class LearnerGroup:
         """Ranks that no longer answer (died, or their process is gone)."""
         async def alive(a: Any) -> bool:
             try:
-                await asyncio.wait_for(_wrap(a.pid.remote()), timeout_s)
+                await asyncio.wait_for(a.pid.remote(), timeout_s)
                 return True
             except Exception:
                 return False
         answers = await asyncio.gather(*(alive(a) for a in self.actors))
         return [i for i, ok in enumerate(answers) if not ok]
-
-    def kill(self) -> None:
-        import ray
-
-        for a in self.actors:
-            ray.kill(a, no_restart=True)
 
     def export_ref(self) -> Any:
         """ObjectRef of rank 0's exported weights (resolved inside the engine actors)."""
@@ -200,6 +194,3 @@ class LearnerGroup:
     async def load(self, folder: str) -> None:
         await self._call("checkpoint load", [a.load.remote(folder) for a in self.actors])
 
-
-async def _wrap(ref: Any) -> Any:
-    return await ref

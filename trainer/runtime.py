@@ -187,13 +187,13 @@ class Runtime:
     async def _eval_share(self, w: int, idx: list[int], attempts: int = 5) -> list[Any]:
         """One worker's dev questions; re-run on the restarted worker if it dies meanwhile.
         Each question's seed depends only on the question's index, so a re-run samples the same way."""
-        from trainer.controller import _lost_errors
+        from trainer.controller import lost_errors
 
         items = [self.dev_items[k] for k in idx]
         for attempt in range(attempts):
             try:
                 return await self.workers[w].run_eval.remote(items, self.train_cfg.eval_seed, self.train_cfg.eval_temperature, idx)
-            except _lost_errors():
+            except lost_errors():
                 if attempt == attempts - 1:
                     raise
                 await asyncio.sleep(1.0 + attempt)

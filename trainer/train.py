@@ -50,10 +50,10 @@ def train(cfg: Any, run: RunDir, resume: bool = False) -> dict[str, Any]:
             lost = asyncio.run(_learner_lost(rt, e))
             if lost is None:
                 raise
-            if restart == cfg.train.learner_max_restarts or checkpoint.latest(run.checkpoints) is None:
-                raise RuntimeError(f"{lost}; no restart left (train.learner_max_restarts={cfg.train.learner_max_restarts})"
-                                   if checkpoint.latest(run.checkpoints) else
-                                   f"{lost}; no checkpoint to restart from yet (train.save_every)") from e
+            if checkpoint.latest(run.checkpoints) is None:  # verifies the files: once
+                raise RuntimeError(f"{lost}; no checkpoint to restart from yet (train.save_every)") from e
+            if restart == cfg.train.learner_max_restarts:
+                raise RuntimeError(f"{lost}; no restart left (train.learner_max_restarts={cfg.train.learner_max_restarts})") from e
             rt.controller._log("learner_lost", error=lost, restart=restart + 1)
             log.warning("%s: restarting from the newest checkpoint (%d/%d)", lost, restart + 1,
                         cfg.train.learner_max_restarts)
