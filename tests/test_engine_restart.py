@@ -55,10 +55,11 @@ async def _scenario(cfg, events, hung: bool):
         return before, after, status, pid
 
     # hung: the process stops answering; the supervisor kills it, Ray starts another, which is restored
-    os.kill(status["pid"], signal.SIGSTOP)
     failures: list = []
     watch = EngineSupervisor(handles, sync, interval_s=0.2, timeout_s=3, fail=failures.append,
                              log=lambda event, **kw: events.append((event, kw)))
+    await watch.check()  # as in a run, the supervisor has seen the actor alive (its pid and node) before it hangs
+    os.kill(status["pid"], signal.SIGSTOP)
     deadline = time.time() + 120
     while not watch.stats["restored"] and time.time() < deadline:
         await watch.check()
