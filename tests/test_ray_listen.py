@@ -30,8 +30,9 @@ def listeners(session_dir: str) -> list[tuple[str, int, int, str]]:
     found = []
     for c in psutil.net_connections(kind="inet"):
         if c.pid in procs and c.laddr and (c.status == psutil.CONN_LISTEN or (c.type == 2 and not c.raddr)):
-            try:
-                name = " ".join(procs[c.pid].cmdline())[:80].strip()
+            try:   # the executable's name first: a long install path would push it out of a cut cmdline
+                proc = procs[c.pid]
+                name = f"{proc.name()}: " + " ".join(proc.cmdline())[:80].strip()
             except psutil.Error:
                 name = "?"
             found.append((c.laddr.ip, c.laddr.port, c.pid, name))
@@ -71,7 +72,8 @@ def test_local_cluster_listens_on_loopback_only():
         assert off == [], "listening off loopback:\n" + "\n".join(off)
         owners = {pid for _, _, pid, _ in found}
         assert set(pids) <= owners, (pids, found)   # the scan saw the actors' own servers
-        assert any("gcs_server" in name for *_, name in found) and any("raylet" in name for *_, name in found)
+        names = [name for *_, name in found]
+        assert any(n.startswith("gcs_server") for n in names) and any(n.startswith("raylet") for n in names), names
         assert ray.util.get_node_ip_address() == "127.0.0.1"
     finally:
         if started:
