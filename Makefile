@@ -22,6 +22,7 @@ test-slow: setup
 
 bench: setup
 	@set -e; for b in benchmarks/[!_]*.py; do echo "== $$b"; $(VENV)/bin/python $$b; done
+	$(VENV)/bin/python benchmarks/_report.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -23,9 +23,7 @@ benchmarks/results/async_vs_sync.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _common import fmt, spread, write_result  # noqa: E402
+
 os.environ.setdefault("HEXSEARCH_QUIET", "1")
 
 WORKLOAD = """
@@ -106,22 +106,19 @@ def main() -> None:
                   f"(async {got['async']['samples_per_s']:.2f}, sync {got['sync']['samples_per_s']:.2f} samples/s)",
                   flush=True)
 
-    def spread(values: list[float]) -> dict[str, float]:
-        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-    ratio = spread([x["ratio"] for x in rounds])
-    steady = spread([x["steady_ratio"] for x in rounds])
-    asyn = spread([x["async"]["samples_per_s"] for x in rounds])
-    sync = spread([x["sync"]["samples_per_s"] for x in rounds])
-    out = {"benchmark": "async_vs_sync", "ratio": ratio, "steady_ratio": steady, "async_samples_per_s": asyn,
-           "sync_samples_per_s": sync, "rounds": rounds, "model": args.model,
-           "tool_latency": {"median_s": 0.5, "p99_s": 5.0}, "batch": args.batch, "group": args.group,
-           "cpus": os.cpu_count()}
-    results = ROOT / "benchmarks" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "async_vs_sync.json").write_text(json.dumps(out, indent=2))
-    print(f"RESULT async_vs_sync ratio={ratio['median']:.2f} range={ratio['min']:.2f}-{ratio['max']:.2f} "
-          f"async_samples_per_s={asyn['median']:.2f} sync_samples_per_s={sync['median']:.2f} "
-          f"steady_ratio={steady['median']:.2f} rounds={args.repeats} steps={args.steps} model={args.model}")
+    ratio = spread(x["ratio"] for x in rounds)
+    steady = spread(x["steady_ratio"] for x in rounds)
+    asyn = spread(x["async"]["samples_per_s"] for x in rounds)
+    sync = spread(x["sync"]["samples_per_s"] for x in rounds)
+    line = (f"RESULT async_vs_sync ratio={ratio['median']:.2f} range={ratio['min']:.2f}-{ratio['max']:.2f} "
+            f"async_samples_per_s={fmt(asyn)} sync_samples_per_s={fmt(sync)} steady_ratio={fmt(steady)} "
+            f"rounds={args.repeats} steps={args.steps} model={args.model} target>=2.77")
+    write_result("async_vs_sync", line, {"ratio": ratio, "steady_ratio": steady, "async_samples_per_s": asyn,
+                                         "sync_samples_per_s": sync},
+                 {"rounds": rounds, "model": args.model, "tool_latency": {"median_s": 0.5, "p99_s": 5.0},
+                  "batch": args.batch, "group": args.group})
+    print(line)
+
 
 if __name__ == "__main__":
     main()

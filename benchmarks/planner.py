@@ -41,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HEXSEARCH_QUIET", "1")
 
+from _common import fmt, spread, write_result  # noqa: E402
+
 from trainer.planner.config import PlanConfig  # noqa: E402
 from trainer.planner.exhaustive import exhaustive  # noqa: E402
 from trainer.planner.milp import solve  # noqa: E402
@@ -88,8 +90,7 @@ def scenarios(repeats: int) -> list[dict]:
                                    "predicted": homo.throughput, "simulated": homo_sim.throughput},
                    "ratio_simulated": sim.throughput / homo_sim.throughput,
                    "ratio_model": r.solution.throughput / homo.throughput,
-                   "solve_s": {"median": statistics.median(times), "min": min(times), "max": max(times),
-                               "repeats": repeats}}
+                   "solve_s": spread(times)}
             rows.append(row)
             print(f"{size:5d} GPUs {name:13s} hetero {sim.throughput:9.2f} samples/s {r.solution.devices} "
                   f"vs {gpu}-only {homo_sim.throughput:9.2f} {homo.devices}: ratio {row['ratio_simulated']:.3f} "
@@ -250,9 +251,12 @@ def main() -> None:
               "solve_s_1024_median": solve_s, "solve_s_1024_min": min(s["min"] for s in big),
               "solve_s_1024_max": max(s["max"] for s in big), "prediction_error_max": err,
               "scenarios": rows, "gaps": gap_rows, "validation": validation}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2, default=str))
-    print(f"RESULT planner ratio={ratio:.3f} gap={gap:.4f} solve_s={solve_s:.2f} prediction_error={err:.3f}")
+    solve_all = spread(x for s in big for x in s["values"])
+    line = (f"RESULT planner ratio={ratio:.3f} gap={gap:.4f} solve_s={solve_s:.2f} prediction_error={err:.3f} "
+            f"solve_s_range={fmt(solve_all)} target_ratio>=1.5 target_prediction_error<=0.20")
+    write_result("planner", line, {"ratio": ratio, "gap": gap, "solve_s_1024": solve_all, "prediction_error": err},
+                 result, OUT)
+    print(line)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ Figures (a "window" is 50 steps; the first window starts at step 6, after models
 - file_growth_ratio = bytes per step written to metrics.jsonl + trajectories/train.jsonl in the second
   half / in the first half (linear growth: ~1).
 
+Each figure is the median over `--repeats` independent runs, with its range (open files: the largest).
 Prints `RESULT soak step_time_ratio=<x> rss_growth_mb=<y> open_files_growth=<z> steps=<n> ...` and writes
 benchmarks/results/soak.json.
 
-    .venv/bin/python benchmarks/soak.py [--steps 300]
+    .venv/bin/python benchmarks/soak.py [--steps 300] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 import psutil
+from _common import fmt, spread, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW = 50
@@ -123,15 +125,11 @@ def role_growth(samples: list[tuple], early: tuple[float, float], late: tuple[fl
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=300)
-    args = ap.parse_args()
-    if args.steps < SKIP + 2 * WINDOW:
-        raise SystemExit(f"--steps must be at least {SKIP + 2 * WINDOW} (two {WINDOW}-step windows after warm-up)")
+def soak_once(steps: int) -> dict:
+    """One run of `steps` steps, sampled every 2 s; its figures."""
     tmp = Path(tempfile.mkdtemp(prefix="hex-soak-"))
     cfg = tmp / "soak.yaml"
-    cfg.write_text(WORKLOAD.format(world=tmp / "world", root=tmp / "runs", steps=args.steps))
+    cfg.write_text(WORKLOAD.format(world=tmp / "world", root=tmp / "runs", steps=steps))
     env = {**os.environ, "HEXSEARCH_QUIET": "1"}
     t_start = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "hexsearch.cli", "train", str(cfg)], cwd=ROOT, env=env,
@@ -180,15 +178,29 @@ def main() -> None:
         "rss_growth_mb_by_role_second_half": by_role_second_half,
         "rss_growth_mb_second_half": round(late_growth, 1), "samples": len(samples), "wall_minutes": round((time.time() - t_start) / 60, 1),
         "bounds": {"step_time_ratio": 1.2}}
-    out_dir = ROOT / "benchmarks" / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "soak.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    print(f"RESULT soak step_time_ratio={result['step_time_ratio']} rss_growth_mb={result['rss_growth_mb']} "
-          f"open_files_growth={fd_growth} steps={len(steps)} file_growth_ratio={per_step} "
-          f"rss_growth_mb_second_half={result['rss_growth_mb_second_half']} "
-          f"step_s={result['step_s_first_window']}->{result['step_s_last_window']} "
-          f"rss_mb={result['rss_mb_first_window']}->{result['rss_mb_last_window']}")
+    print(json.dumps(result, indent=2), flush=True)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3, help="independent runs (figures: median and range)")
+    args = ap.parse_args()
+    if args.steps < SKIP + 2 * WINDOW:
+        raise SystemExit(f"--steps must be at least {SKIP + 2 * WINDOW} (two {WINDOW}-step windows after warm-up)")
+    runs = [soak_once(args.steps) for _ in range(args.repeats)]
+    head = {k: spread(r[k] for r in runs if r[k] is not None) for k in ("step_time_ratio", "rss_growth_mb", "rss_growth_mb_second_half",
+                                                      "open_files_growth", "file_growth_ratio")}
+    line = (f"RESULT soak step_time_ratio={head['step_time_ratio']['median']:.3f} "
+            f"rss_growth_mb={head['rss_growth_mb']['median']:.1f} "
+            f"open_files_growth={head['open_files_growth']['max']:.0f} steps={min(r['steps'] for r in runs)} "
+            f"runs={len(runs)} step_time_ratio_range={fmt(head['step_time_ratio'], 3)} "
+            f"rss_growth_mb_range={fmt(head['rss_growth_mb'], 1)} "
+            f"rss_growth_mb_second_half={fmt(head['rss_growth_mb_second_half'], 1)} "
+            f"file_growth_ratio={fmt(head['file_growth_ratio'], 3)} bound_step_time_ratio=1.2")
+    write_result("soak", line, head, {"runs": runs, "bounds": {"step_time_ratio": 1.2}})
+    print(line)
 
 
 def _bytes_per_step(files: list[Path], steps: int) -> float | None:

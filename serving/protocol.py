@@ -112,7 +112,9 @@ async def generate_continuing(engine: InferenceEngine, request: GenerateRequest,
     versions: list[int] = []
     budget = request.sampling.max_new_tokens
     for _ in range(max_restarts + 1):
-        piece = await engine.generate(replace(
+        # The first piece sends the caller's list itself: copying a long agent context on every
+        # call would make each turn's cost grow with the history.
+        piece = await engine.generate(request if not ids else replace(
             request, prompt_ids=request.prompt_ids + ids,
             sampling=replace(request.sampling, max_new_tokens=budget - len(ids))))
         ids += piece.output_ids

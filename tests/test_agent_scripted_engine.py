@@ -62,6 +62,17 @@ async def test_abort_continue_and_version_update(tokenizer):
     assert e.calls[1].prompt_ids == [1, 2, 3, 100, 101, 102, 103]
 
 
+async def test_continuing_sends_the_callers_context_without_copying_it(tokenizer):
+    """A long agent context is handed to the engine as it is: copying it on every call made the
+    agent's cost per turn grow with the history (benchmarks/agent_long_horizon.py under `full`)."""
+    seen = []
+    e = ScriptedEngine(responder=lambda ids, request: seen.append(ids) or ScriptedOutput(ids=[7, 8]),
+                       tokenizer=tokenizer, record=False)
+    request = req(ids=range(5000))
+    c = await generate_continuing(e, request)
+    assert c.output_ids == [7, 8] and seen[0] is request.prompt_ids and request.prompt_ids == list(range(5000))
+
+
 async def test_paused_calls_wait_for_resume_and_wait_mode(tokenizer):
     e = ScriptedEngine(["a b c", "d"], tokenizer=tokenizer, token_delay_s=0.001)
     running = asyncio.create_task(e.generate(req()))
