@@ -160,7 +160,7 @@ async def measure(tok, policy: str, turns: int, repeats: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=500)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/agent_turn_cost.json)")
     args = ap.parse_args()
     tok = load_tokenizer("tiny-random")  # the SmolLM2 tokenizer
@@ -175,7 +175,7 @@ def main() -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     full, ro = results["full"], results["read_once"]
     growth = full["median_run"]["ctx_tokens_last50"] / full["median_run"]["ctx_tokens_first50"]
-    line = (f"RESULT agent_turn_cost ratio={full['ratio']['median']:.2f} range={fmt(full['ratio'])} "
+    line = (f"RESULT agent_turn_cost ratio={full['ratio']['median']:.2f} range={full['ratio']['min']:.2f}-{full['ratio']['max']:.2f} "
             f"read_once_ratio={fmt(ro['ratio'])} keep_last_k_ratio={fmt(results['keep_last_k']['ratio'])} "
             f"full_ctx_growth={growth:.1f}x baseline_full_ratio={fmt(full['baseline_ratio'])} "
             f"vs_baseline_full_last50={full['vs_baseline_last50']['median']:.1f}x "
