@@ -1,31 +1,50 @@
-"""Retrieval service throughput: our cross-request batched service vs a one-request-at-a-time reference.
+"""Retrieval service throughput: our cross-request batched service vs Search-R1's and ASearcher's server designs.
 
-Both servers load the same index folder (a FAISS index over a generated world) and the same
-encoder (the packaged MiniLM, fp32), and each runs in its own process while the other is down.
-The reference handles each request under a global lock inside an `async def` handler — exactly
-how ASearcher's local retrieval server works (and, for single-query clients, what Search-R1's
-per-request server amounts to): encode the request's queries, search, fetch documents.
+Every server loads the same index folder (a FAISS flat index over a generated world), the same encoder
+(tools/encoder.py, the packaged MiniLM, fp32), the same document store, and uses as many torch/FAISS
+threads in all as ours (one per core); each runs in its own process while the others are down.
 
-Load: `--clients` concurrent clients (64) each sending one query per request until `--requests`
-requests are done. Every query is distinct and unseen (warm-up uses other queries), so our query
-cache cannot inflate the figure; the run checks that its hit count did not move. Top-k ids must be
-identical for every query (a swap between two documents whose scores tie within 1e-5 is reported
-separately as a tie, not hidden).
+- `ours`: serving/retrieval_server.py as `hexsearch serve retrieval` runs it: worker processes (one
+  per core, single-threaded), cross-request batching (max_batch 64, max_wait 2 ms).
+- `search-r1`: Search-R1's `retrieval_server.py` design: a plain `def` FastAPI endpoint, so Starlette
+  runs each request on its anyio thread pool (40 threads), which encodes that request's queries as one
+  batch, runs one FAISS search on it and fetches the documents; no batching across requests, one process,
+  the response dict serialised by FastAPI. (Its per-request tqdm bar is left out, in its favour.)
+- `asearcher`: ASearcher's local retrieval server: an `async def` handler doing the same work under
+  a global lock, so one request at a time and the event loop blocked while it works.
+- attribution, ours with one part taken away: `ours-nobatch` (worker processes, max_batch 1: no
+  cross-request batching) and `ours-thread` (batching, the encoder on a thread of the HTTP process
+  with every core's thread: no worker processes). ours / ours-nobatch is what batching brings,
+  ours / ours-thread what worker processes bring.
 
-    python benchmarks/retrieval_service.py [--requests 1024] [--clients 64] [--rounds 3] [--entities 400]
+Each server is measured in three phases, with distinct queries that it has not seen (warm-up uses
+others; our query cache is checked not to have hit):
+- c=1: one client sending single-query requests one after another (`--c1-requests`);
+- c=64: `--clients` concurrent clients, one keep-alive connection and one query per request each
+  (`--requests` in all);
+- batch64: one client sending requests of `--batch-size` queries one after another (`--batch-requests`).
+Top-k ids of every other server must equal ours for every query (a swap of two documents whose
+scores tie within 1e-5 is counted as a tie, not hidden).
 
-Rounds alternate the order (reference first, then ours first, ...) and figures are medians over
-rounds, so background load that drifts during the run biases neither side.
+The load generator is one asyncio process with plain keep-alive HTTP/1.1 connections; its own CPU
+time (time.process_time) is reported per phase as a share of one core (`client_cpu`), beside the
+CPU the server's process tree used (`server_cores`), so that a client that measures itself shows.
 
-Prints `RESULT retrieval_service ratio=<ours QPS / reference QPS> p50=... p99=...` and writes
-benchmarks/results/retrieval_service.json.
+Rounds alternate the servers' order (forward, then reversed, ...); ratios are taken per round and
+reported as the median with min and max over rounds.
+
+    .venv/bin/python benchmarks/retrieval_service.py [--rounds 3] [--requests 1024] [--clients 64]
+        [--servers ours,search-r1,asearcher,ours-nobatch,ours-thread]
+
+Prints `RESULT retrieval_service ratio=<ours / search-r1 QPS at c=64> c1_ratio=... batch64_ratio=...
+vs_asearcher=... batching_gain=... process_gain=... identical_topk=... client_cpu=...` (each as
+median[min-max]) and writes benchmarks/results/retrieval_service.json.
 """
 
 import argparse
 import asyncio
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -35,25 +54,85 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import spread, write_result  # noqa: E402
+
+SERVERS: dict[str, dict] = {
+    "ours": {},
+    "search-r1": {},
+    "asearcher": {},
+    "ours-nobatch": {"max_batch": 1},
+    "ours-thread": {"worker": "thread"},
+}
+PHASES = ("c1", "c64", "batch64")
 
 
-# -- the reference server (ASearcher-style: one request at a time under a lock) -------------------
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
-def reference_app(index_dir: str, threads: int):
+
+# -- the reference servers --------------------------------------------------------------------------
+
+def _load(index_dir: str, threads: int):
+    """What both references load: the index, our encoder (fp32) and document store, `threads` threads."""
     import faiss
-    from fastapi import FastAPI
 
-    from serving.retrieval_server import QueryRequest  # the same request schema (Search-R1's)
     from tools.docstore import DocStore
     from tools.encoder import Encoder
     from tools.index import read_meta
 
-    meta = read_meta(index_dir)
-    encoder = Encoder(threads=threads, **meta["encoder"])
+    faiss.omp_set_num_threads(threads)
+    encoder = Encoder(threads=threads, **read_meta(index_dir)["encoder"])
     index = faiss.read_index(str(Path(index_dir) / "index.faiss"))
-    docs = DocStore(Path(index_dir) / "docs.sqlite")
-    lock = threading.Lock()
+    encoder.encode(["warm up"])
+    return encoder, index, DocStore(Path(index_dir) / "docs.sqlite")
 
+
+def _stats_stub(app) -> None:
+    @app.get("/stats")
+    async def stats():
+        return {"query_cache": {"hits": 0}, "batching": {"batches": 0, "queries": 0}}
+
+
+def search_r1_app(index_dir: str, threads: int):
+    """Search-R1's server design: a synchronous endpoint (FastAPI runs it on the anyio thread pool),
+    one batch search per request (encode the request's queries, search, fetch), a dict response."""
+    from fastapi import FastAPI
+
+    from serving.retrieval_server import QueryRequest  # the same request schema (Search-R1's)
+
+    encoder, index, docs = _load(index_dir, threads)
+
+    def batch_search(queries: list[str], k: int) -> tuple[list[list[dict]], list[list[float]]]:
+        emb = encoder.encode(queries, kind="query")
+        scores, ids = index.search(emb, k)
+        found = docs.get_many(int(i) for i in ids.ravel() if i >= 0)
+        results = [[found[int(i)] for i in row if i >= 0] for row in ids.tolist()]
+        return results, scores.tolist()
+
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    def retrieve(req: QueryRequest):  # plain def: runs on Starlette's thread pool, many at once
+        results, scores = batch_search(req.queries, req.topk or 3)
+        if not req.return_scores:
+            return {"result": results}
+        return {"result": [[{"document": d, "score": s} for d, s in zip(row, srow, strict=False)]
+                           for row, srow in zip(results, scores, strict=True)]}
+
+    _stats_stub(app)
+    return app
+
+
+def asearcher_app(index_dir: str, threads: int):
+    """ASearcher's local retrieval server design: an `async def` handler under a global lock."""
+    from fastapi import FastAPI
+
+    from serving.retrieval_server import QueryRequest
+
+    encoder, index, docs = _load(index_dir, threads)
+    lock = threading.Lock()
     app = FastAPI()
 
     @app.post("/retrieve")
@@ -66,22 +145,23 @@ def reference_app(index_dir: str, threads: int):
                        for s, i in zip(srow, irow, strict=True) if i >= 0] for srow, irow in zip(scores, ids, strict=True)]
         return {"result": result}
 
-    @app.get("/stats")
-    async def stats():
-        return {"query_cache": {"hits": 0}, "batching": {"mean_batch_size": 1.0}}
-
-    encoder.encode(["warm up"])
+    _stats_stub(app)
     return app
 
 
-def serve(kind: str, index_dir: str, addr_file: str, threads: int, max_batch: int, max_wait_ms: float) -> None:
+def serve(name: str, index_dir: str, addr_file: str, max_wait_ms: float) -> None:
     from serving.retrieval_server import ServerThread, create_app
 
-    if kind == "ours":
-        app = create_app(index_dir, max_batch=max_batch, max_wait_ms=max_wait_ms, threads=threads)
+    if name == "search-r1":
+        app = search_r1_app(index_dir, cores())
+    elif name == "asearcher":
+        app = asearcher_app(index_dir, cores())
     else:
-        app = reference_app(index_dir, threads)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # shut down cleanly (stops our worker process)
+        opts = {"max_batch": 64, "max_wait_ms": max_wait_ms, **SERVERS[name]}
+        if opts.get("worker") == "thread":
+            opts["threads"] = cores()  # one encoder in this process: give it every core
+        app = create_app(index_dir, **opts)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # shut down cleanly (stops our worker processes)
     with ServerThread(app) as srv:
         tmp = Path(f"{addr_file}.tmp")
         tmp.write_text(srv.url)
@@ -126,9 +206,12 @@ class Connection:
             self.writer.close()
 
 
-async def hammer(url: str, queries: list[str], clients: int, topk: int) -> tuple[float, list[float], dict]:
+async def hammer(url: str, requests: list[list[tuple[int, str]]], clients: int,
+                 topk: int) -> tuple[float, list[float], dict[int, list]]:
+    """Send `requests` (each a list of (query id, query)) over `clients` connections, each one request at
+    a time; returns wall seconds, per-request latencies and each query's result row."""
     host, port = url.split("//", 1)[1].rsplit(":", 1)
-    todo = list(enumerate(queries))
+    todo = list(reversed(requests))
     results: dict[int, list] = {}
     latencies: list[float] = []
 
@@ -136,11 +219,13 @@ async def hammer(url: str, queries: list[str], clients: int, topk: int) -> tuple
         conn = Connection(host, int(port))
         try:
             while todo:
-                i, q = todo.pop()
+                req = todo.pop()
                 t0 = time.perf_counter()
-                body = await conn.post("/retrieve", {"queries": [q], "topk": topk, "return_scores": True})
+                body = await conn.post("/retrieve", {"queries": [q for _, q in req], "topk": topk,
+                                                     "return_scores": True})
                 latencies.append(time.perf_counter() - t0)
-                results[i] = body["result"][0]
+                for (i, _), row in zip(req, body["result"], strict=True):
+                    results[i] = row
         finally:
             conn.close()
 
@@ -149,54 +234,83 @@ async def hammer(url: str, queries: list[str], clients: int, topk: int) -> tuple
     return time.perf_counter() - t0, latencies, results
 
 
-def run_server(kind: str, args, index_dir: Path, warm: list[str], queries: list[str]) -> dict:
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and all its living descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, stack = 0.0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{p}/task").iterdir():
+                stack += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def measure(url: str, pid: int, requests: list[list[tuple[int, str]]], clients: int, topk: int) -> dict:
     import httpx
 
     from tools.base import percentiles
 
-    addr = Path(args.out).with_suffix(f".{kind}.addr")
+    before = httpx.get(url + "/stats").json()
+    server0, client0 = tree_cpu_s(pid), time.process_time()
+    wall, lat, results = asyncio.run(hammer(url, requests, clients, topk))
+    client_cpu, server_cpu = time.process_time() - client0, tree_cpu_s(pid) - server0
+    after = httpx.get(url + "/stats").json()
+    p50, p99 = percentiles(lat, (0.5, 0.99))
+    queries = sum(len(r) for r in requests)
+    batches = after["batching"]["batches"] - before["batching"]["batches"]
+    return {"qps": queries / wall, "wall_s": wall, "requests": len(requests), "queries": queries,
+            "p50_ms": 1000 * p50, "p99_ms": 1000 * p99,
+            "client_cpu": client_cpu / wall, "client_cpu_ms_per_request": 1000 * client_cpu / len(requests),
+            "server_cores": server_cpu / wall, "server_cpu_ms_per_query": 1000 * server_cpu / queries,
+            "query_cache_hits": after["query_cache"]["hits"] - before["query_cache"]["hits"],
+            "mean_batch_size": (after["batching"]["queries"] - before["batching"]["queries"]) / batches
+            if batches else None, "results": results}
+
+
+def run_server(name: str, args, index_dir: Path, work: dict[str, list[list[tuple[int, str]]]]) -> dict:
+    addr = Path(args.out).with_suffix(f".{name}.addr")
     addr.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--index", str(index_dir), "--addr-file",
-                             str(addr), "--threads", str(args.threads), "--max-batch", str(args.max_batch),
-                             "--max-wait-ms", str(args.max_wait_ms)], env=dict(os.environ, HEXSEARCH_QUIET="1"))
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", name, "--index", str(index_dir), "--addr-file",
+                             str(addr), "--max-wait-ms", str(args.max_wait_ms)],
+                            env=dict(os.environ, HEXSEARCH_QUIET="1"))
     try:
         while not addr.exists():
             if proc.poll() is not None:
-                raise SystemExit(f"{kind} server exited with {proc.returncode}")
+                raise SystemExit(f"{name} server exited with {proc.returncode}")
             time.sleep(0.1)
         url = addr.read_text().strip()
-        asyncio.run(hammer(url, warm, min(args.clients, len(warm)), args.topk))
-        before = httpx.get(url + "/stats").json()
-        wall, lat, results = asyncio.run(hammer(url, queries, args.clients, args.topk))
-        after = httpx.get(url + "/stats").json()
+        asyncio.run(hammer(url, work["warm"], min(args.clients, len(work["warm"])), args.topk))
+        clients = {"c1": 1, "c64": args.clients, "batch64": 1}
+        return {phase: measure(url, proc.pid, work[phase], clients[phase], args.topk) for phase in PHASES}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         addr.unlink(missing_ok=True)
-    p50, p90, p99 = percentiles(lat, (0.5, 0.9, 0.99))
-    return {"qps": len(queries) / wall, "wall_s": wall, "p50_ms": 1000 * p50, "p90_ms": 1000 * p90,
-            "p99_ms": 1000 * p99, "results": results,
-            "query_cache_hits": after["query_cache"]["hits"] - before["query_cache"]["hits"],
-            "mean_batch_size": after["batching"]["mean_batch_size"]}
 
 
-def compare(ours: dict[int, list], ref: dict[int, list], n: int) -> dict[str, int]:
+def compare(ours: dict[int, list], other: dict[int, list]) -> dict[str, int]:
     identical = ties = mismatched = 0
-    for i in range(n):
-        a = [x["document"]["id"] for x in ours[i]]
-        b = [x["document"]["id"] for x in ref[i]]
+    for i, row in ours.items():
+        a = [x["document"]["id"] for x in row]
+        b = [x["document"]["id"] for x in other[i]]
         if a == b:
             identical += 1
             continue
-        sa = [x["score"] for x in ours[i]]
-        sb = [x["score"] for x in ref[i]]
+        sa = [x["score"] for x in row]
+        sb = [x["score"] for x in other[i]]
         # a tie: wherever the lists differ, both put a document with the same score (within 1e-5) there
         tie = len(a) == len(b) and all(abs(sa[j] - sb[j]) < 1e-5 for j in range(len(a)) if a[j] != b[j])
         ties, mismatched = (ties + 1, mismatched) if tie else (ties, mismatched + 1)
-    return {"identical": identical, "tie_swaps": ties, "mismatched": mismatched}
+    return {"identical": identical, "tie_swaps": ties, "mismatched": mismatched, "checked": len(ours)}
 
 
-def workload(entities: int, n: int, warm: int) -> tuple[Path, list[str], list[str]]:
+def workload(entities: int) -> tuple[Path, list[str]]:
+    """The index over a generated world and every distinct query we can ask of it."""
     from datagen.world import default_world
     from tools.index import default_index
 
@@ -209,74 +323,128 @@ def workload(entities: int, n: int, warm: int) -> tuple[Path, list[str], list[st
     titles = [json.loads(line)["title"] for line in open(world / "corpus.jsonl", encoding="utf-8")]
     for t in dict.fromkeys(titles):
         qs += [f"What is known about {t}?", f"history of {t}", f"{t} facts"]
-    qs = list(dict.fromkeys(qs))
-    if len(qs) < n + warm:
-        raise SystemExit(f"only {len(qs)} distinct queries for {n} requests + {warm} warm-up; use more --entities")
-    return index_dir, qs[n:n + warm], qs[:n]
+    return index_dir, list(dict.fromkeys(qs))
+
+
+def split_work(qs: list[str], args) -> dict[str, list[list[tuple[int, str]]]]:
+    """Distinct queries for each phase, cut into requests: single queries, or `--batch-size` per request."""
+    sizes = {"c64": args.requests, "c1": args.c1_requests, "batch64": args.batch_requests * args.batch_size,
+             "warm": args.warmup}
+    if sum(sizes.values()) > len(qs):
+        raise SystemExit(f"only {len(qs)} distinct queries for {sum(sizes.values())}; use more --entities")
+    work, start = {}, 0
+    for phase, n in sizes.items():
+        ids = list(range(start, start + n))
+        per = args.batch_size if phase == "batch64" else 1
+        work[phase] = [[(i, qs[i]) for i in ids[j:j + per]] for j in range(0, n, per)]
+        start += n
+    return work
+
+
+def rng(s: dict, digits: int = 2) -> str:
+    """median[min-max], one token for a RESULT line."""
+    return f"{s['median']:.{digits}f}[{s['min']:.{digits}f}-{s['max']:.{digits}f}]"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--requests", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, alternating the servers' order")
+    ap.add_argument("--servers", default=",".join(SERVERS), help="comma-separated, from: " + ", ".join(SERVERS))
+    ap.add_argument("--requests", type=int, default=1024, help="single-query requests at c=64")
     ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--c1-requests", type=int, default=256, help="single-query requests at c=1")
+    ap.add_argument("--batch-requests", type=int, default=8, help="requests of --batch-size queries, one at a time")
+    ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--topk", type=int, default=3)
     ap.add_argument("--entities", type=int, default=400)
     ap.add_argument("--warmup", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3, help="rounds, alternating which server goes first")
-    ap.add_argument("--threads", type=int, default=0, help="torch/FAISS threads in both servers (0: default)")
-    ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--max-wait-ms", type=float, default=2.0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "retrieval_service.json"))
-    ap.add_argument("--serve", choices=["ours", "reference"], help=argparse.SUPPRESS)
+    ap.add_argument("--serve", choices=list(SERVERS), help=argparse.SUPPRESS)
     ap.add_argument("--index", help=argparse.SUPPRESS)
     ap.add_argument("--addr-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve, args.index, args.addr_file, args.threads, args.max_batch, args.max_wait_ms)
+        serve(args.serve, args.index, args.addr_file, args.max_wait_ms)
         return
+    names = [s for s in args.servers.split(",") if s]
+    if unknown := set(names) - set(SERVERS):
+        raise SystemExit(f"unknown servers {sorted(unknown)}")
+    if "ours" not in names:
+        raise SystemExit("--servers must include ours (everything is compared with it)")
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    index_dir, warm, queries = workload(args.entities, args.requests, args.warmup)
-    print(f"index {index_dir}; {len(queries)} distinct queries, {args.clients} clients, top-{args.topk}, "
-          f"{args.rounds} round(s)", file=sys.stderr)
-    runs: dict[str, list[dict]] = {"reference": [], "ours": []}
-    for r in range(args.rounds):  # alternate the order (AB, BA, ...) so drifting background load cancels out
-        for kind in (("reference", "ours") if r % 2 == 0 else ("ours", "reference")):
-            res = run_server(kind, args, index_dir, warm, queries)
-            runs[kind].append(res)
-            print(f"round {r} {kind:9s}: {res['qps']:.1f} QPS, p50 {res['p50_ms']:.0f} ms, p99 {res['p99_ms']:.0f} ms, "
-                  f"mean batch {res['mean_batch_size']:.1f}, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
-    check = {"identical": 0, "tie_swaps": 0, "mismatched": 0}
-    for ours_run, ref_run in zip(runs["ours"], runs["reference"], strict=True):
-        for key, value in compare(ours_run["results"], ref_run["results"], len(queries)).items():
-            check[key] += value
-    ours, ref = (summarise(runs[k]) for k in ("ours", "reference"))
-    ratio = ours["qps"] / ref["qps"]
-    out = {"benchmark": "retrieval_service", "ratio": ratio, "ours": ours, "reference": ref, "topk_check": check,
-           "rounds": args.rounds, "requests": len(queries), "clients": args.clients, "topk": args.topk,
-           "entities": args.entities, "index": str(index_dir), "threads": args.threads, "max_batch": args.max_batch,
-           "max_wait_ms": args.max_wait_ms, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                                        "load_avg": os.getloadavg()},
-           "note": "2-core machine shared with other jobs: figures are noisy"}
-    Path(args.out).write_text(json.dumps(out, indent=2))
-    checked = len(queries) * args.rounds
-    if check["mismatched"]:
-        print(f"WARNING: {check['mismatched']} queries got different top-{args.topk} ids", file=sys.stderr)
-    print(f"RESULT retrieval_service ratio={ratio:.2f} p50={ours['p50_ms']:.0f}ms p99={ours['p99_ms']:.0f}ms "
-          f"ours_qps={ours['qps']:.1f} ref_qps={ref['qps']:.1f} ref_p50={ref['p50_ms']:.0f}ms "
-          f"ref_p99={ref['p99_ms']:.0f}ms identical={check['identical']}/{checked} ties={check['tie_swaps']} "
-          f"mean_batch={ours['mean_batch_size']:.1f} cache_hits={ours['query_cache_hits']}")
+    index_dir, qs = workload(args.entities)
+    work = split_work(qs, args)
+    print(f"index {index_dir}; servers {', '.join(names)}; {args.rounds} round(s); c=1: {args.c1_requests} "
+          f"requests, c={args.clients}: {args.requests}, batch: {args.batch_requests} x {args.batch_size} queries; "
+          f"top-{args.topk}; {cores()} cores", file=sys.stderr)
+    t_start = time.perf_counter()
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    for r in range(args.rounds):  # alternate the order so drifting background load favours no server
+        for name in (names if r % 2 == 0 else names[::-1]):
+            res = run_server(name, args, index_dir, work)
+            runs[name].append(res)
+            print(f"round {r} {name:12s} " + "  ".join(
+                f"{p} {res[p]['qps']:6.1f} q/s (p50 {res[p]['p50_ms']:.0f} ms, batch "
+                f"{res[p]['mean_batch_size'] or 0:.1f}, client {100 * res[p]['client_cpu']:.0f}%, server "
+                f"{res[p]['server_cores']:.2f} cores)" for p in PHASES) + f"  load {os.getloadavg()[0]:.1f}",
+                file=sys.stderr, flush=True)
 
+    def per_round(a: str, b: str, phase: str) -> dict:  # QPS ratio a/b, taken per round
+        return spread([x[phase]["qps"] / y[phase]["qps"] for x, y in zip(runs[a], runs[b], strict=True)])
 
-def summarise(runs: list[dict]) -> dict:
-    """Median QPS/latencies over rounds, plus every round's figures."""
-    import statistics
+    def qps(name: str, phase: str) -> dict:
+        return spread([x[phase]["qps"] for x in runs[name]])
 
-    keys = ("qps", "p50_ms", "p90_ms", "p99_ms", "mean_batch_size")
-    out = {k: statistics.median(r[k] for r in runs) for k in keys}
-    out["query_cache_hits"] = sum(r["query_cache_hits"] for r in runs)
-    out["rounds"] = [{k: r[k] for k in (*keys, "wall_s", "query_cache_hits")} for r in runs]
-    return out
+    checks: dict[str, dict[str, int]] = {}
+    for name in [n for n in names if n != "ours"]:
+        total = {"identical": 0, "tie_swaps": 0, "mismatched": 0, "checked": 0}
+        for mine, theirs in zip(runs["ours"], runs[name], strict=True):
+            for phase in PHASES:
+                for key, value in compare(mine[phase]["results"], theirs[phase]["results"]).items():
+                    total[key] += value
+        checks[name] = total
+        if total["mismatched"]:
+            print(f"WARNING: {name}: {total['mismatched']} queries got different top-{args.topk} ids than ours",
+                  file=sys.stderr)
+    headline: dict = {f"{n}_{p}_qps": qps(n, p) for n in names for p in PHASES}
+    headline["client_cpu_c64"] = spread([x["c64"]["client_cpu"] for n in names for x in runs[n]])
+    headline["cache_hits"] = sum(x[p]["query_cache_hits"] for n in names for x in runs[n] for p in PHASES)
+    parts = []
+    if "search-r1" in names:
+        for key, phase in (("ratio", "c64"), ("c1_ratio", "c1"), ("batch64_ratio", "batch64")):
+            headline[key] = per_round("ours", "search-r1", phase)
+        parts += [f"ratio={rng(headline['ratio'])}", f"c1_ratio={rng(headline['c1_ratio'])}",
+                  f"batch64_ratio={rng(headline['batch64_ratio'])}"]
+    if "asearcher" in names:
+        headline["vs_asearcher"] = per_round("ours", "asearcher", "c64")
+        parts.append(f"vs_asearcher={rng(headline['vs_asearcher'])}")
+    for key, other in (("batching_gain", "ours-nobatch"), ("process_gain", "ours-thread")):
+        if other in names:
+            headline[key] = per_round("ours", other, "c64")
+            parts.append(f"{key}={rng(headline[key])}")
+    for n in names:
+        parts.append(f"{n}_qps=c1:{qps(n, 'c1')['median']:.1f},c64:{qps(n, 'c64')['median']:.1f},"
+                     f"b64:{qps(n, 'batch64')['median']:.1f}")
+    ref = "search-r1" if "search-r1" in names else next((n for n in names if n != "ours"), None)
+    if ref:
+        c = checks[ref]
+        parts.append(f"identical_topk={c['identical']}/{c['checked']} ties={c['tie_swaps']}")
+    parts += [f"client_cpu={rng(headline['client_cpu_c64'])}", f"cache_hits={headline['cache_hits']}",
+              f"rounds={args.rounds}"]
+    line = "RESULT retrieval_service " + " ".join(parts)
+    details = {"servers": names, "rounds": args.rounds, "clients": args.clients, "topk": args.topk,
+               "requests": {p: len(work[p]) for p in PHASES}, "batch_size": args.batch_size,
+               "entities": args.entities, "index": str(index_dir), "threads_in_all": cores(),
+               "max_wait_ms": args.max_wait_ms, "topk_check": checks, "wall_s": time.perf_counter() - t_start,
+               "load_avg_end": os.getloadavg(),
+               "runs": {n: [{p: {k: v for k, v in x[p].items() if k != "results"} for p in PHASES} for x in runs[n]]
+                        for n in names},
+               "note": "2-core machine shared with other jobs: figures are noisy"}
+    write_result("retrieval_service", line, headline, details, args.out)
+    print(line)
+
 
 if __name__ == "__main__":
     main()
