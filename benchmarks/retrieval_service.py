@@ -23,6 +23,8 @@ others; our query cache is checked not to have hit):
 - c=64: `--clients` concurrent clients, one keep-alive connection and one query per request each
   (`--requests` in all);
 - batch64: one client sending requests of `--batch-size` queries one after another (`--batch-requests`).
+The phases take consecutive slices of the query list (c=64 mostly the world's questions, batch64 mostly
+short title queries), so q/s compare across servers, not across phases.
 Top-k ids of every other server must equal ours for every query (a swap of two documents whose
 scores tie within 1e-5 is counted as a tie, not hidden).
 
