@@ -155,7 +155,9 @@ class AsearcherFormat(ActionFormat):
 
 class HermesFormat(ActionFormat):
     name = "hermes"
-    act_stops: list[str] = []  # a turn ends with EOS, after one or more tool calls
+    # A turn of tool calls ends with EOS (it may hold several); an answer ends the turn at once: text
+    # generated after `</answer>` is a format error, and would be trained on.
+    act_stops = ["</answer>"]
 
     def system_prompt(self, forced_valid: bool) -> str:
         validity = P.FORCED_VALID if forced_valid else P.MAY_BE_INVALID

@@ -48,6 +48,17 @@ async def test_hermes_page_is_read_chunk_by_chunk(tokenizer):
     check_token_exact(traj, engine, events, tokenizer)
 
 
+async def test_hermes_answer_ends_the_turn(tokenizer):
+    """An answer closes the Hermes turn: nothing the model would write after `</answer>` is generated
+    (it was a format error that zeroed the reward, and tokens trained on)."""
+    engine = ScriptedEngine([charwise(tokenizer, "<answer>1642</answer> and then more text")], tokenizer=tokenizer)
+    events: list[AgentEvent] = []
+    traj = await run_episode(ITEM, engine, tools(), AgentConfig(action_format="hermes"), on_event=events.append)
+    assert traj.stop_reason == "answered" and traj.format_errors == 0 and traj.reward == 1.0
+    assert tokenizer.decode(traj.segments[0].token_ids).endswith("<answer>1642</answer>")
+    check_token_exact(traj, engine, events, tokenizer)
+
+
 async def test_eos_without_action_reopens_the_conversation(tokenizer):
     eos = tokenizer.eos_token_id
     engine = ScriptedEngine([charwise(tokenizer, "I am not sure.") + [eos], "<answer>1642</answer>"],
