@@ -132,10 +132,18 @@ def main() -> None:
             calls["n"] += 1
             calls["s"] += time.perf_counter() - t
 
+    def answer_ends_turn(text: str) -> str:
+        """hexsearch stops a turn at `</answer>`; TRL cannot stop generation at a string, so what follows
+        the answer is cut here before parsing (it is still generated and trained on)."""
+        end = text.find("</answer>")
+        return text if end < 0 else text[:end + len("</answer>")]
+
     def episode(ids: list[int]) -> tuple[str | None, int]:
         """(prediction, format errors) of one completion, read the way the hexsearch agent reads its turns."""
         text = tok.decode(ids, skip_special_tokens=False)
         head, tool_open, tail = text.partition(fmt.markers.tool_open)
+        if "</answer>" in head:   # answered in the first turn: the turn ended there
+            head, tool_open = answer_ends_turn(head), ""
         first = fmt.parse(FIRST_PREFILL + head.removesuffix("\n").removesuffix(eos))
         if not first.ok:
             return None, 1
@@ -144,7 +152,7 @@ def main() -> None:
         if not tool_open:  # a call, but no result came back (the completion budget was spent)
             return None, 0
         second = tail.rpartition(fmt.markers.tool_close + ANSWER_PREFILL)[2].removesuffix(eos)
-        turn = fmt.parse(ANSWER_PREFILL + second)
+        turn = fmt.parse(answer_ends_turn(ANSWER_PREFILL + second))
         if not turn.ok:
             return None, 1
         return turn.answer, 0
