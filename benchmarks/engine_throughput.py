@@ -62,7 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import fmt, spread, write_result  # noqa: E402
+from _common import fmt, spread, write_result  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 WORDS = ("the river city archive north council ancient record museum bridge winter harvest signal "
@@ -106,7 +106,7 @@ class Side:
     async def cache_hits(self) -> float:
         """Prompt tokens served from the prefix cache so far (cumulative)."""
         if self.url is None:
-            return float(self.engine._runner.prefix.reused_tokens)
+            return float((await self.engine.health())["prefix_cache"]["reused_tokens"])
         text = await asyncio.to_thread(_get, self.url + "/metrics")
         return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
                    if ln.startswith("vllm:prefix_cache_hits_total"))

@@ -47,7 +47,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks._common import fmt, spread, write_result  # noqa: E402
+from _common import fmt, spread, write_result  # noqa: E402
 
 HEX = ROOT / ".venv" / "bin" / "hexsearch"
 TRL_PY = ROOT / ".venv-trl" / "bin" / "python"
