@@ -1,4 +1,4 @@
-"""`hexsearch` command line: one entry point for train, ask, serve, index, tools, world, datagen, eval, plan, config.
+"""`hexsearch` command line: one entry point for train, ask, serve, index, tools, world, datagen, eval, plan, config, view, export.
 
 Each command group lives in `hexsearch/commands/<group>.py` and registers itself on the app.
 Heavy imports (torch, ray, faiss) happen inside the commands, so `hexsearch --help` is instant.
@@ -22,6 +22,7 @@ from hexsearch.commands import (
     serve,
     tools_cmd,
     train,
+    view,
     world,
 )
 
@@ -39,7 +40,7 @@ def _root(quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress b
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-for module in (train, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo):
+for module in (train, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, view):
     module.register(app)
 
 

@@ -30,6 +30,19 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Headless Chromium for the viewer's browser test (tests/test_viewer_browser.py, skipped without it).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing chromium and chromium-driver (Debian) for the viewer's browser test"
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } \
+      || echo "[setup] chromium could not be installed: the viewer's browser test will be skipped" >&2
+  else
+    echo "[setup] no chromium/chromedriver (installing them needs root and apt): the viewer's browser test will be skipped" >&2
+  fi
+fi
+
 # Cached assets: the bf16 safetensors copy of the packaged SmolLM2 (converted once, ~25 s).
 "$VENV/bin/python" -m hexsearch.assets prepare
 

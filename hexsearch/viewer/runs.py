@@ -1,0 +1,173 @@
+"""Run folders as the viewer sees them: what kind each is and what its files say.
+
+    train    metrics.jsonl, rollouts.jsonl, trajectories/train.jsonl, results.json, checkpoints/
+    eval     results.jsonl (one row per question x sample), report.json, trajectories/eval.jsonl
+    datagen  items.jsonl (accepted and rejected items with the reason), report.json, qa.jsonl
+    ask      trajectories/ask.jsonl, results.json
+
+A folder that is none of these but holds run folders (`runs/`) stands for all of them. Every JSONL file
+is read line by line: a line that is not JSON becomes an error naming the file and the line, and the
+rest of the file is still shown. Nothing here writes into a run folder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hexsearch.viewer.index import TrajectoryIndex
+
+KINDS = ("train", "eval", "datagen", "ask")
+
+
+def kind_of(folder: Path) -> str | None:
+    """train, eval, datagen, ask, or None when the folder is not a run folder."""
+    if (folder / "items.jsonl").exists() or (folder / "datagen.log").exists():
+        return "datagen"
+    if (folder / "results.jsonl").exists() or (folder / "trajectories" / "eval.jsonl").exists():
+        return "eval"
+    if (folder / "metrics.jsonl").exists() or (folder / "trajectories" / "train.jsonl").exists():
+        return "train"
+    if (folder / "trajectories" / "ask.jsonl").exists():
+        return "ask"
+    if (folder / "config.yaml").exists():
+        name = folder.name.split("-", 1)[0]
+        return name if name in KINDS else "train"
+    return None
+
+
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """The run folders named, and those one level below a folder that is not one itself."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            raise FileNotFoundError(f"{p}: no such folder")
+        if kind_of(p) is not None:
+            out.append(p.resolve())
+            continue
+        below = sorted((c.resolve() for c in p.iterdir() if c.is_dir() and kind_of(c) is not None),
+                       key=lambda c: c.stat().st_mtime, reverse=True)
+        if not below:
+            raise FileNotFoundError(f"{p}: not a run folder (no config.yaml, metrics.jsonl, results.jsonl, "
+                                    "items.jsonl or trajectories/), and no run folders inside")
+        out.extend(below)
+    return list(dict.fromkeys(out))
+
+
+def read_jsonl(path: Path, limit: int = 1_000_000) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, errors) of a small JSONL file; a torn last line (no newline yet: still being written) is skipped."""
+    rows: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows, errors
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip() or not raw.endswith(b"\n"):
+                continue
+            try:
+                row = json.loads(raw)
+                if not isinstance(row, dict):
+                    raise ValueError("not a JSON object")
+                rows.append(row)
+            except ValueError as e:
+                errors.append({"file": str(path), "line": n, "error": str(e)[:200]})
+            if len(rows) >= limit:
+                break
+    return rows, errors
+
+
+def read_json(path: Path) -> tuple[Any, dict[str, Any] | None]:
+    """(content or None, error or None) of a JSON file."""
+    if not path.exists():
+        return None, None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (ValueError, OSError) as e:
+        return None, {"file": str(path), "line": 0, "error": str(e)[:200]}
+
+
+@dataclass
+class Run:
+    """One run folder and the trajectory indexes of its files."""
+
+    path: Path
+    indexes: dict[str, TrajectoryIndex] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.path) or "train"
+
+    def config(self) -> dict[str, Any]:
+        try:
+            cfg = yaml.safe_load((self.path / "config.yaml").read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            return {}
+        return cfg if isinstance(cfg, dict) else {}
+
+    def trajectory_files(self) -> list[str]:
+        folder = self.path / "trajectories"
+        return sorted(p.name for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+
+    def index(self, name: str) -> TrajectoryIndex:
+        """The (growing) index of trajectories/<name>; only names that `trajectory_files` lists."""
+        if name not in self.trajectory_files():
+            raise KeyError(f"{self.path.name}: no trajectory file {name!r}")
+        if name not in self.indexes:
+            self.indexes[name] = TrajectoryIndex(self.path / "trajectories" / name)
+        return self.indexes[name].refresh()
+
+    def stamp(self) -> str:
+        """Changes whenever a file the pages read changes (the page polls it to update live)."""
+        parts = []
+        for p in (*self.path.glob("*.json*"), *(self.path / "trajectories").glob("*.jsonl")):
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                continue
+            parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+        return "|".join(sorted(parts))
+
+    def summary(self) -> dict[str, Any]:
+        """What the run page shows above its tables (per kind)."""
+        cfg = self.config()
+        out: dict[str, Any] = {"name": self.path.name, "path": str(self.path), "kind": self.kind,
+                               "stamp": self.stamp(), "trajectory_files": self.trajectory_files(),
+                               "model": (cfg.get("engine") or {}).get("model", ""), "errors": []}
+        results, err = read_json(self.path / "results.json")
+        out["results"] = results if isinstance(results, dict) else None
+        out["errors"] += [err] if err else []
+        if (self.path / "metrics.jsonl").exists():
+            rows, errs = read_jsonl(self.path / "metrics.jsonl")
+            out["metrics"], out["errors"] = rows, out["errors"] + errs
+            out["advantage"] = (cfg.get("train") or {}).get("advantage", "grpo")
+        if self.kind == "eval":
+            rows, errs = read_jsonl(self.path / "results.jsonl")
+            report, err = read_json(self.path / "report.json")
+            out.update(rows=rows, report=report, suite=(cfg.get("eval") or {}).get("suite", ""))
+            out["errors"] += errs + ([err] if err else [])
+        if self.kind == "datagen":
+            rows, errs = read_jsonl(self.path / "items.jsonl")
+            report, err = read_json(self.path / "report.json")
+            out.update(items=[_item_row(r) for r in rows], report=report)
+            out["errors"] += errs + ([err] if err else [])
+        return out
+
+    def datagen_item(self, index: int) -> dict[str, Any]:
+        rows, _ = read_jsonl(self.path / "items.jsonl")
+        for r in rows:
+            if r.get("index") == index:
+                return r
+        raise KeyError(f"{self.path.name}: no item {index}")
+
+
+def _item_row(r: dict[str, Any]) -> dict[str, Any]:
+    """The table fields of one datagen item."""
+    diff = r.get("difficulty") or {}
+    return {"index": r.get("index"), "id": r.get("id"), "status": r.get("status"), "reason": r.get("reason", ""),
+            "question": r.get("question", ""), "answer": r.get("answer", ""), "hops": r.get("hops"),
+            "difficulty": f"{diff.get('correct')}/{diff.get('attempts')}" if diff else "",
+            "edits": len(r.get("edits") or []), "seconds": r.get("seconds")}

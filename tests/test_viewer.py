@@ -1,0 +1,143 @@
+"""`hexsearch view`'s server and index over real files and a real loopback HTTP server (no browser:
+tests/test_viewer_browser.py drives the pages)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from viewer_runs import BAD_LINE, make_all, make_trajectory
+
+from hexsearch.viewer.index import TrajectoryIndex
+from hexsearch.viewer.runs import find_runs, kind_of
+from hexsearch.viewer.server import ViewerServer
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, tokenizer):
+    folders = make_all(tmp_path_factory.mktemp("runs"), tokenizer)
+    server = ViewerServer(folders).start()
+    yield server, folders
+    server.close()
+
+
+def get(server, path: str, host: str | None = None) -> tuple[int, dict | bytes]:
+    port = server.httpd.server_address[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path, headers={"Host": host or f"127.0.0.1:{port}"})
+    res = conn.getresponse()
+    body = res.read()
+    conn.close()
+    is_json = res.getheader("Content-Type", "").startswith("application/json")
+    return res.status, json.loads(body) if is_json else body
+
+
+def test_binds_loopback_and_refuses_other_hosts(site):
+    server, _ = site
+    assert server.httpd.server_address[0] == "127.0.0.1"
+    status, body = get(server, "/api/runs", host="attacker.example:80")  # DNS rebinding
+    assert status == 403 and "not a loopback name" in body["error"]
+    status, body = get(server, "/")
+    assert status == 200 and b"/static/app.js" in body
+
+
+def test_serves_nothing_outside_the_run_folders(site, tmp_path):
+    server, folders = site
+    secret = folders[0].parent / "secret.txt"
+    secret.write_text("not yours")
+    (folders[0] / "artifacts" / "link").symlink_to(secret)
+    for path in ("/api/run/0/file/../secret.txt", "/api/run/0/file/%2e%2e/secret.txt", "/api/run/0/file/artifacts/link",
+                 "/api/run/0/file//etc/passwd", "/static/../server.py", "/static/%2e%2e%2fserver.py", "/api/run/9"):
+        status, body = get(server, path)
+        assert status == 404, (path, body)
+        assert b"not yours" not in json.dumps(body).encode()
+    status, body = get(server, "/api/run/0/file/results.json")
+    assert status == 200 and body["steps"] == 5
+
+
+def test_a_malformed_line_is_named_and_the_rest_still_served(site):
+    server, folders = site
+    status, page = get(server, "/api/run/0/trajectories?limit=100")
+    assert status == 200 and page["total"] == 25 and page["error_count"] == 1
+    err = page["errors"][0]
+    assert err["file"].endswith("train.jsonl") and err["line"] == 4 and "line 1 column" in err["error"]
+    assert page["rows"][3]["bad"] and page["rows"][4]["qid"] == "hw-train-000"
+    status, body = get(server, "/api/run/0/trajectory?file=train.jsonl&n=3")
+    assert status == 400 and "train.jsonl:4:" in body["error"]
+    status, body = get(server, "/api/run/0/trajectory?file=train.jsonl&n=abc")
+    assert status == 400 and "not an integer" in body["error"]
+
+
+def test_trajectory_detail_matches_the_file(site):
+    server, folders = site
+    d = json.loads((folders[0] / "trajectories" / "train.jsonl").read_text().splitlines()[0])
+    status, t = get(server, "/api/run/0/trajectory?file=train.jsonl&n=0")
+    assert status == 200 and t["tokenizer_problem"] is None
+    assert t["tokens"]["trained"] == sum(sum(s["loss_mask"]) for s in d["segments"])
+    assert [s["ids"] for s in t["tokens"]["segments"]] == [s["token_ids"] for s in d["segments"]]
+    turns = [e for e in t["timeline"] if e["kind"] == "turn"]
+    assert turns[0]["text"].startswith("<think>look it up</think><search>") and turns[1]["text"] == "<answer>1642</answer>"
+    assert turns[0]["tool_calls"][0]["name"] == "search" and [e["kind"] for e in t["timeline"]].count("segment") == 1
+    status, g = get(server, "/api/run/0/group?file=train.jsonl&group=0:1%230")
+    assert g["signal"] is False and all(m["advantage"] == 0 for m in g["members"])  # equal rewards: no signal
+    status, e = get(server, "/api/run/1/trajectory?file=eval.jsonl&key=q5/0")
+    assert status == 200 and e["head"]["question"] == "Who founded town 5?"
+
+
+def test_run_kinds_and_run_discovery(site, tmp_path):
+    _, folders = site
+    assert [kind_of(f) for f in folders] == ["train", "eval", "datagen", "ask"]
+    assert find_runs([folders[0].parent]) and set(find_runs([folders[0].parent])) == {f.resolve() for f in folders}
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        find_runs([tmp_path / "empty"])
+
+
+def test_index_grows_with_the_file_and_waits_for_a_torn_line(tmp_path, tokenizer):
+    path = tmp_path / "train.jsonl"
+    line = lambda i: make_trajectory(tokenizer, f"Q{i}?", "1642", 1.0, group=f"{i}:0#0", step=i, version=0,  # noqa: E731
+                                     qid=f"q{i}").to_json()
+    path.write_text(line(0) + "\n" + line(1)[:50])  # a writer is half-way through line 2
+    index = TrajectoryIndex(path).refresh()
+    assert len(index.rows) == 1 and not index.errors
+    with path.open("a") as f:
+        f.write(line(1)[50:] + "\n" + BAD_LINE + "\n")
+    index.refresh()
+    assert [r.get("qid") for r in index.rows] == ["q0", "q1", None] and index.errors[0]["line"] == 3
+    assert index.read(1)["question"] == "Q1?"
+    path.write_text(line(7) + "\n")  # rewritten (a resumed run): indexed again from the start
+    assert [r["qid"] for r in index.refresh().rows] == ["q7"]
+
+
+def test_view_command_errors_are_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "hexsearch.cli", "view", str(tmp_path / "nope")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip() == f"hexsearch: view: {tmp_path / 'nope'}: no such folder"
+
+
+@pytest.mark.slow
+def test_a_run_of_100k_trajectories_opens_in_under_2_seconds(tmp_path, tokenizer, monkeypatch):
+    """The first page of a 100,000-trajectory run is served in < 2 s while the index is built in the
+    background; opened again, the cached index serves the whole run at once."""
+    monkeypatch.setenv("HEXSEARCH_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "big"
+    (run / "trajectories").mkdir(parents=True)
+    (run / "config.yaml").write_text("engine:\n  model: tiny-random\n")
+    with (run / "trajectories" / "train.jsonl").open("w") as f:
+        for i in range(100_000):
+            f.write(make_trajectory(tokenizer, f"Question {i}?", "1642", float(i % 2), group=f"{i // 4}:0#0", step=i // 32,
+                                    version=i // 32, qid=f"q{i}").to_json() + "\n")
+    for attempt in ("first", "cached"):
+        server = ViewerServer([run]).start()
+        t0 = time.perf_counter()
+        status, page = get(server, "/api/run/0/trajectories?limit=50")
+        elapsed = time.perf_counter() - t0
+        assert status == 200 and len(page["rows"]) == 50 and elapsed < 2.0, (attempt, elapsed)
+        print(f"{attempt} open: {elapsed:.2f} s, {page['total']} indexed, still indexing: {page['indexing']}")
+        server.api.runs[0].indexes["train.jsonl"].wait(60)
+        server.close()
+    assert page["total"] == 100_000 and not page["indexing"]
