@@ -20,7 +20,9 @@ def _group(key: str, seq: int, versions=(3, 4)) -> Group:
 
 def _save(root, step: int, groups=(), keep: int = 2):
     tmp = checkpoint.begin(root, step)
-    (tmp / "learner.pt").write_bytes(b"weights")
+    (tmp / "learner").mkdir()  # what the learner ranks write (trainer/learner_state.py)
+    (tmp / "learner" / "__0_0.distcp").write_bytes(b"weights")
+    (tmp / "learner.json").write_text("{}")
     return checkpoint.commit(tmp, step, {"loop": {"step": step}}, list(groups), keep=keep)
 
 
@@ -40,9 +42,9 @@ def test_commit_is_atomic_and_latest_points_at_newest(tmp_path):
 def test_half_written_checkpoint_is_ignored(tmp_path):
     good = _save(tmp_path, 1)
     tmp = checkpoint.begin(tmp_path, 2)        # crashed before commit: no state.json, no rename
-    (tmp / "learner.pt").write_bytes(b"partial")
+    (tmp / "learner.json").write_text("{}")
     assert checkpoint.latest(tmp_path) == good
-    with pytest.raises(RuntimeError, match="learner.pt"):
+    with pytest.raises(RuntimeError, match="learner.json"):
         checkpoint.commit(checkpoint.begin(tmp_path, 3), 3, {}, [])
 
 
@@ -91,11 +93,11 @@ def test_damaged_latest_falls_back_to_the_previous_valid_one(tmp_path, caplog):
     first = _save(tmp_path, 1)
     second = _save(tmp_path, 2)
     assert (second / "manifest.json").exists() and checkpoint.verify(second) is None
-    with (second / "learner.pt").open("r+b") as f:  # truncated after the commit (a full disk, a bad copy)
+    with (second / "learner" / "__0_0.distcp").open("r+b") as f:  # a shard truncated after the commit
         f.truncate(3)
     with caplog.at_level("WARNING"):
         assert checkpoint.latest(tmp_path) == first
-    assert "learner.pt has 3 bytes" in caplog.text and "trying an older one" in caplog.text
+    assert "learner/__0_0.distcp has 3 bytes" in caplog.text and "trying an older one" in caplog.text
     state = (first / "state.json").read_text()
     (first / "state.json").write_text(state.replace("1", "7"))  # same size, other content
     assert "state.json does not match its SHA-256" in checkpoint.verify(first)

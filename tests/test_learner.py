@@ -189,38 +189,6 @@ def test_split_by_tokens_balances():
     assert sum(len(sh) for sh in shares) == 9 and abs(loads[0] - loads[1]) <= 40
 
 
-def _dp_rank(rank: int, world: int, port: int, spec: str, out: dict) -> None:
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    learner = Learner(TrainConfig(precision="fp32", lr=1e-2, grad_clip=0.5), spec, rank=rank, world_size=world)
-    share = split_by_tokens(_samples(), world)[rank]
-    stats = learner.train_step(share, version=0)
-    if rank == 0:
-        out["state"] = learner.trainable_state()
-        out["stats"] = stats
-    dist.destroy_process_group()
-
-
-def test_data_parallel_equals_single_learner(tiny_model_spec):
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    manager = mp.Manager()
-    out = manager.dict()
-    mp.spawn(_dp_rank, args=(2, port, tiny_model_spec, out), nprocs=2, join=True)
-    single = Learner(TrainConfig(precision="fp32", lr=1e-2, grad_clip=0.5), tiny_model_spec)
-    stats = single.train_step(_samples(), version=0)
-    assert out["stats"]["train/policy_tokens"] == stats["train/policy_tokens"]
-    assert out["stats"]["train/grad_norm"] == pytest.approx(stats["train/grad_norm"], rel=1e-4)
-    for k, v in single.trainable_state().items():
-        assert torch.allclose(v, out["state"][k], atol=1e-6), k
-
-
 def test_entropy_bonus_raises_policy_entropy(tiny_model_spec):
     """With every advantage 0 only the bonus moves the weights: entropy rises under it and nothing moves without it."""
     samples = _samples()

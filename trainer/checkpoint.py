@@ -1,13 +1,15 @@
 """Checkpoints: everything needed to continue a run exactly, written atomically and durably.
 
     checkpoints/step-N/
-        learner.pt       trainable weights (all, or the LoRA adapters), optimizer, LR schedule, torch RNG
-                         (tensors and plain containers only: loaded with `weights_only=True`)
+        learner/         trainable weights (all, or the LoRA adapters) and AdamW moments: one
+                         torch.distributed.checkpoint shard file per learner rank, JSON metadata
+        learner.json     optimizer settings, LR schedule, torch RNG (trainer/learner_state.py)
+                         (`learner.pt` in checkpoints of earlier versions: loaded with `weights_only=True`)
         state.json       step, version, data cursor (+ questions in flight, to re-run), staleness
                          counters, ledger counters
         rng.json         Python's `random` state, as JSON
         buffer.jsonl     accepted groups not yet consumed (their trajectories, token-exact)
-        manifest.json    size and SHA-256 of every file above
+        manifest.json    size and SHA-256 of every file above (paths relative to step-N/)
     checkpoints/latest   name of the newest complete checkpoint
 
 A checkpoint is assembled in a `.tmp-*` folder, every file and the folder fsynced, renamed into place,
@@ -53,11 +55,13 @@ def _fsync(path: Path) -> None:
 
 
 def _write_manifest(folder: Path) -> None:
-    """Size and SHA-256 of every file of the folder, then fsync of each file and of the folder."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
-    manifest = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    """Size and SHA-256 of every file under the folder (the learner's shard folder included), then fsync of
+    each file and of every folder."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / MANIFEST)
+    manifest = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    for p in [*files, folder / MANIFEST, folder]:
+    folders = sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True)
+    for p in [*files, folder / MANIFEST, *folders, folder]:
         _fsync(p)
 
 
@@ -85,7 +89,7 @@ def verify(path: str | Path) -> str | None:
 
 
 def begin(root: str | Path, step: int) -> Path:
-    """A fresh temp folder for checkpoint `step` (the learner writes learner.pt into it)."""
+    """A fresh temp folder for checkpoint `step` (the learner ranks write learner/ and learner.json into it)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-step-{step}-{uuid.uuid4().hex[:8]}"
@@ -95,8 +99,8 @@ def begin(root: str | Path, step: int) -> Path:
 
 def commit(tmp: Path, step: int, state: dict[str, Any], buffer: list[Group], keep: int = 2) -> Path:
     """Write state + buffer into `tmp`, rename it to `step-N`, point `latest` at it, prune old ones."""
-    if not (tmp / "learner.pt").exists():
-        raise RuntimeError(f"checkpoint {tmp} has no learner.pt: the learner did not save")
+    if not ((tmp / "learner.json").exists() or (tmp / "learner.pt").exists()):
+        raise RuntimeError(f"checkpoint {tmp} has no learner.json: the learner did not save")
     (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
     with (tmp / "buffer.jsonl").open("w") as f:
         for g in buffer:
@@ -146,7 +150,7 @@ def latest(root: str | Path) -> Path | None:
 
 
 def load(path: str | Path) -> tuple[dict[str, Any], list[Group]]:
-    """(state, buffered groups) of a checkpoint folder; learner.pt is loaded by the learner itself."""
+    """(state, buffered groups) of a checkpoint folder; the learner's files are loaded by the learner itself."""
     path = Path(path)
     state = json.loads((path / "state.json").read_text())
     buffer_file = path / "buffer.jsonl"

@@ -14,6 +14,24 @@ Advantage = Literal["grpo", "rloo", "drgrpo"]
 FilterGroups = Literal["drop", "reject", "none"]
 ProxLogp = Literal["recompute", "loglinear"]
 Packing = Literal["pad", "concat"]
+Strategy = Literal["ddp", "fsdp2"]
+
+
+@dataclass
+class LearnerConfig:
+    """How the learner ranks (`train.learner_workers`) share the model (trainer/strategy.py, docs/scale-out.md)."""
+
+    strategy: Strategy = "ddp"
+    """`ddp`: every rank holds the whole model and optimizer, gradients are summed by PyTorch
+    DistributedDataParallel. `fsdp2`: parameters, gradients and AdamW state are sharded over the ranks
+    (`torch.distributed.fsdp.fully_shard` per decoder layer), ~1/N of the memory per rank. With one rank
+    both train the plain model."""
+    reshard_after_forward: bool = True
+    """`fsdp2`: free each layer's gathered weights after its forward (gather again in backward): least
+    memory. False keeps them until the backward: one all-gather less per layer and step."""
+    cpu_offload: bool = False
+    """`fsdp2` on GPUs: keep the sharded parameters, gradients and optimizer state in CPU memory (the
+    optimizer step runs on CPU); for models that do not fit even sharded. An error on a CPU learner."""
 
 
 @dataclass
@@ -64,6 +82,8 @@ class TrainConfig:
     """Embedded engine actors (requests are routed to one of them by request id, so a trajectory stays on one)."""
     learner_workers: int = 1
     """Data-parallel learner processes (torch.distributed: gloo on CPU, NCCL on GPU)."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """How the learner ranks share the model: `ddp` or `fsdp2` (`train.learner.strategy`), sharding options."""
     lr: float = 3e-5
     """Learning rate (AdamW)."""
     lr_warmup_steps: int = 0
@@ -109,9 +129,11 @@ class TrainConfig:
     """Modules that get LoRA adapters."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """Learner forward precision over its fp32 master weights: `auto` (bf16 autocast where the device runs it
-    fast: a GPU or a CPU with AVX512_BF16; else fp32), `fp32` (exact, the same on every machine) or `bf16`."""
+    fast: a GPU or a CPU with AVX512_BF16; else fp32), `fp32` (exact, the same on every machine) or `bf16`.
+    Under `fsdp2` a bf16 forward is FSDP's mixed-precision policy (bf16 compute, fp32 gradient reduction)."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
+    """Recompute activations in the backward pass (less memory, ~30% more compute); activation checkpointing
+    per decoder layer under every learner strategy."""
     grad_clip: float = 1.0
     """Gradient-norm clip (0: off)."""
     eval_every: int = 5

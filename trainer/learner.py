@@ -19,7 +19,9 @@ version (0 when there are none), where it is pure numerics (bf16 engines, kernel
 
 Logits are computed only at positions that predict a policy token (hidden-state gather, then
 lm_head), which on CPU saves most of the vocabulary projection. Weights are kept in fp32 (master
-weights); on hardware with fast bf16 the forward runs under autocast.
+weights); on hardware with fast bf16 the forward runs under autocast (FSDP's mixed precision under fsdp2).
+How the ranks hold the model and combine gradients (plain, DDP, FSDP2) is trainer/strategy.py; the
+checkpoint format (torch.distributed.checkpoint shards, JSON metadata) is trainer/learner_state.py.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from core.choices import check_choices
 from trainer.config import TrainConfig
 from trainer.loss import LossStats, decoupled_ppo_loss, loglinear_prox_logp
 from trainer.packing import MicroBatch, Sample, collate, plan_micro_batches
+from trainer.strategy import LearnerStrategy, PolicyForward
 
 
 def lr_lambda(cfg: TrainConfig):
@@ -69,7 +72,7 @@ class Learner:
         model = load_model(model_spec, dtype="float32", device=device, attn_implementation="sdpa")
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
         if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
         if cfg.lora_rank > 0:
             from peft import LoraConfig, get_peft_model
@@ -78,16 +81,24 @@ class Learner:
                 r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=list(cfg.lora_modules)))
         self.model = model.eval()  # no dropout in RL updates; grads flow regardless of mode
         self.base = model.get_base_model() if cfg.lora_rank > 0 else model
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=tuple(cfg.adam_betas),
-                                           weight_decay=cfg.weight_decay, fused=True)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         fast = {"auto": default_dtype(device), "fp32": torch.float32, "bf16": torch.bfloat16}[cfg.precision]
-        self.autocast = fast if fast != torch.float32 else None
+        self.strategy = LearnerStrategy(cfg.learner, world_size, device, bf16=fast == torch.bfloat16,
+                                        decoder_layers=self.base.get_decoder().layers)
+        if self.strategy.sharded and cfg.lora_rank > 0:
+            raise ValueError("train.learner.strategy=fsdp2 shards full fine-tuning; LoRA runs (train.lora_rank > 0) "
+                             "train few weights: use train.learner.strategy=ddp")
+        self.autocast = fast if fast != torch.float32 and not self.strategy.mixed_precision else None
+        self.strategy.wrap(PolicyForward(self.model, self._hidden, self.base.get_output_embeddings))
+        self.params = [p for p in self.model.parameters() if p.requires_grad]  # sharded ones under fsdp2
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=tuple(cfg.adam_betas),
+                                           weight_decay=cfg.weight_decay, fused=not self.strategy.sharded)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         if cfg.gradient_checkpointing:
             self.model.train()  # HF checkpoints only in train mode (Llama-family models have no dropout)
-        # prefix sharing needs a KV cache, which gradient checkpointing turns off
-        self.share_prefix = cfg.share_prefix and cfg.packing == "pad" and not cfg.gradient_checkpointing
+        # prefix sharing needs a KV cache, which gradient checkpointing turns off; under fsdp2 a second
+        # decoder forward per micro-batch would be a second round of all-gathers on some ranks only
+        self.share_prefix = (cfg.share_prefix and cfg.packing == "pad" and not cfg.gradient_checkpointing
+                             and not self.strategy.sharded)
         params = inspect.signature(self.base.get_decoder().forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.stem_tokens = 0
@@ -105,9 +116,10 @@ class Learner:
         """Log-probs of the policy tokens of a micro-batch (and their entropies)."""
         dev = self.device
         offset = 0 if stem is None else stem.length
+        mask = None if mb.attention_mask is None else mb.attention_mask.to(dev)
         with self._autocast():
-            hidden = self._hidden(mb, stem)[mb.rows.to(dev), mb.pos.to(dev) - offset]
-            logits = self.base.get_output_embeddings()(hidden)
+            logits = self.strategy.forward(mb.input_ids.to(dev), mb.position_ids.to(dev), mask,
+                                           mb.rows.to(dev), mb.pos.to(dev) - offset, stem)
         # raw logits, whatever the sampling temperature: engines report log_softmax(z) (serving.protocol),
         # so pi_theta, pi_prox and pi_behav are the same function and w = 1 for fresh tokens
         logits = logits.float()
@@ -120,7 +132,8 @@ class Learner:
                 entropy = logz - (p * logits).sum(-1)
         return logp, entropy
 
-    def _hidden(self, mb: MicroBatch, stem: _Stem | None = None) -> torch.Tensor:
+    def _hidden(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
+                stem: _Stem | None = None) -> torch.Tensor:
         """Final hidden states [rows, length - stem.length, dim] (columns from the end of the stem on).
 
         Rows that start with the same tokens (a group's question) share one forward of that prefix:
@@ -128,12 +141,10 @@ class Learner:
         repeat), then each row runs only its own suffix. A step-wide `stem` (the system prompt) was
         computed once for all micro-batches; its keys/values start every row's cache. Exactly the same
         values as the full forward, for a fraction of the compute."""
-        dec, dev = self.base.get_decoder(), self.device
-        ids, pos = mb.input_ids.to(dev), mb.position_ids.to(dev)
-        mask = None if mb.attention_mask is None else mb.attention_mask.to(dev)
+        dec = self.base.get_decoder()
         rows, start = ids.shape[0], 0 if stem is None else stem.length
         cache = None if stem is None else stem.cache()
-        shared = _shared_prefix(ids, mb.attention_mask) if self.share_prefix else 0
+        shared = _shared_prefix(ids, mask) if self.share_prefix else 0
         parts = []
         if shared - start >= 16:
             head = dec(input_ids=ids[:1, start:shared], position_ids=pos[:1, start:shared], use_cache=True,
@@ -151,8 +162,8 @@ class Learner:
     def _stem(self, samples: list[Sample], micro_batches: int) -> _Stem | None:
         """The prefix all samples of a step share, up to their first trained position (the system
         prompt and worked examples): one forward, reused by every micro-batch (see `_Stem`)."""
-        if not self.share_prefix or micro_batches < 2:
-            return None
+        if not self.share_prefix or micro_batches < 2 or self.strategy.lockstep:
+            return None  # with several ranks its own backward would come after the gradient reduction
         first = samples[0].token_ids
         n = len(os.path.commonprefix([s.token_ids for s in samples]))  # works on any sequences
         n = min([n] + [s.loss_mask.index(1) - 1 for s in samples if 1 in s.loss_mask])
@@ -170,17 +181,18 @@ class Learner:
             dist.all_reduce(t)
         return t
 
-    def _sync_grads(self) -> None:
-        if self.world_size == 1:
-            return
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        offset = 0
-        for p, g in zip(self.params, grads, strict=True):
-            n = g.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
-            offset += n
+    def _lockstep(self, samples: list[Sample], plan: list[list[int]], pad_id: int) -> Any:
+        """(is_last, micro-batch or None) over the plan's micro-batches that have policy tokens. Under
+        `strategy.lockstep` every rank yields as many as the rank with the most: None stands for a zero-loss
+        dummy forward (and backward), which keeps the ranks' collectives in step."""
+        batches = [mb for mb in (collate(samples, idx, self.cfg.packing, pad_id) for idx in plan) if mb.targets.numel()]
+        n = self.strategy.lockstep_count(len(batches))
+        for i in range(n):
+            yield i == n - 1, batches[i] if i < len(batches) else None
+
+    def _dummy(self) -> MicroBatch:
+        pad_id = self.tokenizer.pad_token_id or 0
+        return collate([Sample([pad_id, pad_id], [0, 1], [0.0, 0.0], [0, 0], 0.0)], [0], self.cfg.packing, pad_id)
 
     # -- one batch ---------------------------------------------------------------------------
     def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
@@ -200,29 +212,29 @@ class Learner:
                 continue
             plan = self._plan(chunk)
             stem = self._stem(chunk, len(plan))
-            for idx in plan:
-                mb = collate(chunk, idx, cfg.packing, pad_id)
-                if mb.targets.numel() == 0:
-                    continue
-                logp, ent = self._logp(mb, with_entropy=True, stem=stem)
-                prox = self._prox_for(mb, logp, version, m)
-                loss, st = decoupled_ppo_loss(
-                    logp, prox, mb.behav_logp.to(self.device), mb.advantages.to(self.device),
-                    eps_clip=cfg.eps_clip, eps_clip_high=cfg.eps_clip_high,
-                    behav_weight_cap=cfg.behav_weight_cap, normalizer=total,
-                    fresh=mb.versions.to(self.device) == version)
-                if cfg.entropy_coef > 0:
-                    loss = loss - cfg.entropy_coef * ent.sum() / total
-                loss.backward()
+            for last, mb in self._lockstep(chunk, plan, pad_id):
+                with self.strategy.backward_sync(last):
+                    if mb is None:
+                        (self._logp(self._dummy())[0].sum() * 0.0).backward()
+                        continue
+                    logp, ent = self._logp(mb, with_entropy=True, stem=stem)
+                    prox = self._prox_for(mb, logp, version, m)
+                    loss, st = decoupled_ppo_loss(
+                        logp, prox, mb.behav_logp.to(self.device), mb.advantages.to(self.device),
+                        eps_clip=cfg.eps_clip, eps_clip_high=cfg.eps_clip_high,
+                        behav_weight_cap=cfg.behav_weight_cap, normalizer=total,
+                        fresh=mb.versions.to(self.device) == version)
+                    if cfg.entropy_coef > 0:
+                        loss = loss - cfg.entropy_coef * ent.sum() / total
+                    loss.backward()
                 stats = stats.add(st)
                 ent_sum += float(ent.detach().sum())
                 tokens_seen += mb.num_tokens
             if stem is not None:
                 stem.backward()
                 self.stem_tokens += stem.length * (len(plan) - 1)
-            self._sync_grads()
             if cfg.grad_clip > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
+                grad_norm = self.strategy.clip(self.params, cfg.grad_clip)
             self.optimizer.step()
             steps += 1
         lr = self.scheduler.get_last_lr()[0]
@@ -264,13 +276,12 @@ class Learner:
 
     @torch.no_grad()
     def _recompute_prox(self, samples: list[Sample], pad_id: int) -> None:
-        for idx in self._plan(samples):
-            mb = collate(samples, idx, self.cfg.packing, pad_id)
-            if mb.targets.numel() == 0:
+        for s in samples:
+            s.prox_logp = [0.0] * len(s)
+        for _, mb in self._lockstep(samples, self._plan(samples), pad_id):
+            logp, _ = self._logp(mb or self._dummy())
+            if mb is None:
                 continue
-            logp, _ = self._logp(mb)
-            for i in idx:
-                samples[i].prox_logp = [0.0] * len(samples[i])
             for lp, si, t in zip(logp.tolist(), mb.sample_index.tolist(), mb.token_index.tolist(), strict=True):
                 samples[si].prox_logp[t] = lp
 
@@ -279,11 +290,10 @@ class Learner:
         """Current-policy log-prob of every token (0.0 where not a policy token); for tests and checks."""
         pad_id = self.tokenizer.pad_token_id or 0
         out = [[0.0] * len(s) for s in samples]
-        for idx in self._plan(samples):
-            mb = collate(samples, idx, self.cfg.packing, pad_id)
-            if mb.targets.numel() == 0:
+        for _, mb in self._lockstep(samples, self._plan(samples), pad_id):
+            logp, _ = self._logp(mb or self._dummy())
+            if mb is None:
                 continue
-            logp, _ = self._logp(mb)
             for lp, si, t in zip(logp.tolist(), mb.sample_index.tolist(), mb.token_index.tolist(), strict=True):
                 out[si][t] = lp
         return out
@@ -296,8 +306,14 @@ class Learner:
         `changed_only` leaves out weights training never changes (frozen base weights under LoRA),
         so an in-memory update moves only what moved. A tied lm_head is not sent twice."""
         if self.cfg.lora_rank == 0:
-            state = {k: v for k, v in self.model.state_dict().items()
-                     if not (self.tied and k == "lm_head.weight")}
+            out = {}
+            for k, v in self.model.state_dict().items():
+                if self.tied and k == "lm_head.weight":
+                    continue
+                v = self.strategy.full(v)  # fsdp2: an all-gather on every rank, one tensor at a time
+                if self.rank == 0 or not self.strategy.sharded:  # the other ranks only took part
+                    out[k] = v.detach().to(dtype or v.dtype).contiguous().cpu().clone()
+            return out
         else:
             from peft.tuners.lora import LoraLayer
 
@@ -316,17 +332,22 @@ class Learner:
         """An HF folder with the merged weights and an untied lm_head (what remote engines reload)."""
         from serving.models import save_untied
 
-        if self.cfg.lora_rank == 0:
+        if self.cfg.lora_rank == 0 and not self.strategy.sharded:
             return str(save_untied(self.model, self.tokenizer, path))
         from serving.models import load_model
 
+        weights = self.export_weights(changed_only=False)  # every rank calls this (fsdp2: a collective)
+        if self.rank != 0:
+            return path
         plain = load_model(self.model_spec, dtype="float32")  # a plain copy: the trainee keeps its adapters
-        plain.load_state_dict(self.export_weights(changed_only=False), strict=False)
+        plain.load_state_dict(weights, strict=False)
         return str(save_untied(plain, self.tokenizer, path))
 
-    # -- checkpoint --------------------------------------------------------------------------
+    # -- checkpoint (trainer/learner_state.py writes the sharded one) ----------------------------
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        """Full copies of the trainable weights (under fsdp2 a collective: every rank calls it)."""
+        return {n: self.strategy.full(p).detach().cpu().clone() for n, p in self.model.named_parameters()
+                if p.requires_grad}
 
     def state_dict(self) -> dict[str, Any]:
         return {"params": self.trainable_state(), "optimizer": self.optimizer.state_dict(),

@@ -1,10 +1,11 @@
-"""Data-parallel learners on Ray: one `Learner` per actor, gradients all-reduced by torch.distributed.
+"""Data-parallel learners on Ray: one `Learner` per actor, over one torch.distributed process group.
 
     rank 0 picks a free TCP port -> every rank joins the process group (gloo on CPU, NCCL on GPU)
     train_step: the batch is split across ranks balanced by tokens; each rank runs Learner.train_step
-    on its share; the loss is divided by the *global* token count and gradients are summed, so the
-    result equals one learner training on the whole batch. Weights stay identical on every rank;
-    rank 0 exports them for the engines and writes checkpoints.
+    on its share; the loss is divided by the *global* token count and gradients are summed (DDP, or
+    FSDP2's reduce-scatter: trainer/strategy.py), so the result equals one learner training on the
+    whole batch. Rank 0 exports the weights for the engines (under fsdp2 every rank takes part in the
+    gathers); every rank writes its shards of a checkpoint (trainer/learner_state.py).
 
 A rank that dies (or does not answer a call within `timeout_s`) raises `LearnerLost`: the optimizer
 state lived only in that process, so the training loop restarts from the newest checkpoint
@@ -50,7 +51,8 @@ class LearnerWorker:
 
         device = self._device()
         if self.world_size > 1:
-            self.join_group(master, "nccl" if device.startswith("cuda") else "gloo")
+            # on GPUs NCCL for the CUDA tensors, gloo beside it for CPU ones (offloaded state, checkpoint plans)
+            self.join_group(master, "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo")
         t = self.cfg.train
         self.learner = Learner(t, self.cfg.engine.model, device=device, rank=self.rank, world_size=self.world_size,
                                seed=self.cfg.run.seed)
@@ -72,12 +74,9 @@ class LearnerWorker:
         dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size)
 
     def _device(self) -> str:
-        import torch
+        from trainer.placement import actor_device
 
-        want = self.cfg.engine.device
-        if want == "auto":
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        return want
+        return actor_device(self.cfg.engine.device, "learner")
 
     def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
         from core.memory import release_free_memory
@@ -95,15 +94,14 @@ class LearnerWorker:
         return self.learner.save_for_engine(path)
 
     def save(self, folder: str) -> None:
-        import torch
+        from trainer import learner_state
 
-        if self.rank == 0:
-            torch.save(self.learner.state_dict(), os.path.join(folder, "learner.pt"))
+        learner_state.save(self.learner, folder)  # every rank: its shards (rank 0 also the JSON)
 
     def load(self, folder: str) -> None:
-        import torch
+        from trainer import learner_state
 
-        self.learner.load_state_dict(torch.load(os.path.join(folder, "learner.pt"), weights_only=True))
+        learner_state.load(self.learner, folder)
 
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         return self.learner.logprobs(samples)
@@ -143,6 +141,8 @@ class LearnerGroup:
         n = max(1, cfg.train.learner_workers)
         cls = ray.remote(LearnerWorker)
         self.timeout_s = timeout_s
+        self.sharded = n > 1 and cfg.train.learner.strategy == "fsdp2"
+        """Weights live in shards: an export is a gather every rank takes part in."""
         self.actors = [cls.options(max_restarts=0, **placement).remote(cfg, r, n, threads) for r in range(n)]
         master = ray.get(self.actors[0].address.remote()) if n > 1 else None
         self.trainable = ray.get([a.setup.remote(master) for a in self.actors])[0]
@@ -181,15 +181,19 @@ class LearnerGroup:
         answers = await asyncio.gather(*(alive(a) for a in self.actors))
         return [i for i, ok in enumerate(answers) if not ok]
 
+    def _exporters(self) -> list[Any]:
+        return self.actors if self.sharded else self.actors[:1]
+
     def export_ref(self) -> Any:
-        """ObjectRef of rank 0's exported weights (resolved inside the engine actors)."""
-        return self.actors[0].export_weights.remote()
+        """ObjectRef of rank 0's exported weights (resolved inside the engine actors); under fsdp2 the
+        other ranks run the same export (their part of the gathers) and return nothing."""
+        return [a.export_weights.remote() for a in self._exporters()][0]
 
     async def save_for_engine(self, path: str) -> str:
-        return (await self._call("save_for_engine", [self.actors[0].save_for_engine.remote(path)]))[0]
+        return (await self._call("save_for_engine", [a.save_for_engine.remote(path) for a in self._exporters()]))[0]
 
     async def save(self, folder: str) -> None:
-        await self._call("checkpoint save", [self.actors[0].save.remote(folder)])
+        await self._call("checkpoint save", [a.save.remote(folder) for a in self.actors])
 
     async def load(self, folder: str) -> None:
         await self._call("checkpoint load", [a.load.remote(folder) for a in self.actors])

@@ -95,3 +95,56 @@ def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False)
                  configure_logging=False, resources=requested_resources(cfg, embedded, judge_actor) or None)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = clusters
+
+
+def requested_gpus(cfg: TrainConfig, embedded: bool) -> float:
+    """GPUs the learner and (embedded) engine roles ask for together."""
+    return cfg.learner_workers * cfg.learner_resources.num_gpus + (
+        cfg.engine_replicas * cfg.engine_resources.num_gpus if embedded else 0.0)
+
+
+def plan_gpus(cfg: TrainConfig, device: str, embedded: bool, cluster_gpus: float) -> TrainConfig:
+    """The roles' GPUs from `engine.device` and the GPUs of the Ray cluster, or a clear error.
+
+    `auto` with GPUs in the cluster and no role asking for any: each learner rank and each embedded engine
+    replica gets a GPU (half of one each when there are not enough for all). GPUs
+    asked for (`cuda`, or a role's `num_gpus`) that the cluster does not have are an error here, never
+    actors that wait for resources forever or run on CPU instead."""
+    asked = requested_gpus(cfg, embedded)
+    if device.startswith("cuda") and cluster_gpus == 0:
+        raise RuntimeError(f"engine.device={device} but the Ray cluster has no GPU (torch sees "
+                           f"{_visible_gpus()}); use engine.device=auto or cpu, or join a GPU cluster (train.ray_address)")
+    if asked > cluster_gpus:
+        raise RuntimeError(f"the roles ask for {asked:g} GPUs (learner_workers x learner_resources.num_gpus + engine_replicas "
+                           f"x engine_resources.num_gpus) but the Ray cluster has {cluster_gpus:g}")
+    if device == "cpu" or asked > 0 or cluster_gpus == 0:
+        return cfg
+    from dataclasses import replace
+
+    actors = cfg.learner_workers + (cfg.engine_replicas if embedded else 0)
+    share = 1.0 if actors <= cluster_gpus else 0.5 if actors <= 2 * cluster_gpus else 0.0
+    if share == 0.0:
+        raise RuntimeError(f"engine.device={device}: {cfg.learner_workers} learner ranks and {cfg.engine_replicas} engine "
+                           f"replicas need a GPU (or half of one) each; the Ray cluster has {cluster_gpus:g}")
+    return replace(cfg, learner_resources=replace(cfg.learner_resources, num_gpus=share),
+                   engine_resources=replace(cfg.engine_resources, num_gpus=share if embedded else 0.0))
+
+
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def actor_device(want: str, role: str) -> str:
+    """The torch device inside an actor: `auto` is cuda when the actor was given a GPU, else cpu; `cuda`
+    (or `cuda:N`) where the actor sees no GPU is an error naming the role, never a silent CPU run."""
+    import torch
+
+    if want == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if want.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"{role}: engine.device={want} but this actor sees no GPU (CUDA_VISIBLE_DEVICES="
+                           f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}); give the role GPUs "
+                           f"(train.{role}_resources.num_gpus) or use engine.device=auto")
+    return want

@@ -23,7 +23,7 @@ from trainer.buffer import GroupBuffer
 from trainer.controller import RolloutController
 from trainer.data import QuestionStream
 from trainer.metrics import MetricsLogger, truncate_after
-from trainer.placement import init_ray, ray_options, role_threads
+from trainer.placement import init_ray, plan_gpus, ray_options, role_threads
 from trainer.staleness import StalenessController
 from trainer.weight_sync import WeightSync
 
@@ -75,6 +75,11 @@ class Runtime:
         embedded = cfg.engine.backend == "embedded"
         judge_actor = cfg.agent.reward_fn == "judge" and cfg.agent.judge.backend == "embedded"
         init_ray(t, embedded, judge_actor)
+        import ray
+
+        t = plan_gpus(t, cfg.engine.device, embedded, float(ray.cluster_resources().get("GPU", 0.0)))
+        cfg = self.cfg = replace(cfg, train=t)
+        self.train_cfg = t
         train_items, self.dev_items, world = load_questions(cfg)
         if ("search" in cfg.tools.builtin and cfg.tools.search_backend == "local" and not cfg.tools.index_dir
                 and world is not None):
@@ -101,8 +106,6 @@ class Runtime:
                                      timeout_s=t.learner_step_timeout_s)
         self.workers = start_rollout_workers(cfg, handles, ray_options(t.rollout_resources),
                                              role_threads(t.rollout_resources), judge_handles)
-        import ray
-
         ray.get([w.ready.remote() for w in self.workers])
         self.staleness = StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
         self.buffer = GroupBuffer()
