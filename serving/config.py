@@ -44,3 +44,6 @@ class EngineConfig:
     """Embedded engine: seed of the shared sampling stream (requests with their own `seed` use their own)."""
     request_timeout_s: float = 600.0
     """Timeout of one generate call against a remote engine."""
+    tensor_parallel_size: int = 1
+    """GPUs per vLLM/SGLang server that `hexsearch train` starts itself (`backend=vllm|sglang` without `urls`:
+    `train.engine_replicas` servers, trainer/managed_servers.py)."""

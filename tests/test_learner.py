@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import random
 
 import pytest
 import torch
 
+from trainer import learner_state
 from trainer.config import TrainConfig
 from trainer.learner import Learner
 from trainer.learner_group import split_by_tokens
@@ -168,19 +168,23 @@ def test_lora_export_is_the_merged_model(tiny_model_spec):
     assert merged_lp != pytest.approx(base_lp, abs=1e-4)   # the adapters did change the policy
 
 
-def test_checkpoint_state_round_trip(tiny_model_spec):
+def test_checkpoint_state_round_trip(tiny_model_spec, tmp_path):
     cfg = TrainConfig(precision="fp32", lr=1e-2)
     a = Learner(cfg, tiny_model_spec)
     a.train_step(_samples(), version=0)
-    b = Learner(cfg, tiny_model_spec)
-    blob = io.BytesIO()
-    torch.save(a.state_dict(), blob)                    # the path a checkpoint takes
-    blob.seek(0)
-    b.load_state_dict(torch.load(blob, weights_only=True))  # no pickle on resume
+    b, old = Learner(cfg, tiny_model_spec), Learner(cfg, tiny_model_spec)
+    learner_state.save(a, tmp_path)                     # the path a checkpoint takes: DCP shards + JSON
+    assert not list(tmp_path.rglob(".metadata")) and (tmp_path / "learner" / ".metadata.json").exists()
+    learner_state.load(b, tmp_path)                     # nothing unpickled on resume
+    (tmp_path / "v1").mkdir()                           # a checkpoint of an earlier hexsearch still resumes
+    torch.save({"params": a.trainable_state(), "optimizer": a.optimizer.state_dict(),
+                "scheduler": a.scheduler.state_dict(), "torch_rng": torch.get_rng_state()}, tmp_path / "v1" / "learner.pt")
+    learner_state.load(old, tmp_path / "v1")
     a.train_step(_samples(seed=1), version=1)
-    b.train_step(_samples(seed=1), version=1)          # same optimizer moments -> same next step
-    for k, v in a.trainable_state().items():
-        assert torch.allclose(v, b.trainable_state()[k], atol=1e-6)
+    for other in (b, old):
+        other.train_step(_samples(seed=1), version=1)  # same optimizer moments -> same next step
+        for k, v in a.trainable_state().items():
+            assert torch.allclose(v, other.trainable_state()[k], atol=1e-6)
 
 
 def test_split_by_tokens_balances():

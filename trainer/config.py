@@ -15,6 +15,7 @@ FilterGroups = Literal["drop", "reject", "none"]
 ProxLogp = Literal["recompute", "loglinear"]
 Packing = Literal["pad", "concat"]
 Strategy = Literal["ddp", "fsdp2"]
+WeightTransfer = Literal["disk", "adapter"]
 
 
 @dataclass
@@ -159,6 +160,10 @@ class TrainConfig:
     judge_resources: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.0, threads=1))
     """Placement of the LLM judge's engine actor, started when `agent.reward_fn=judge` with the `embedded`
     judge backend (every rollout worker reaches it; remote judge backends need no actor)."""
+    weight_transfer: WeightTransfer = "disk"
+    """How vLLM/SGLang servers get each new version: `disk` (the learner saves the merged model, the servers reload
+    it) or `adapter` (LoRA runs on vLLM: only the adapter is saved and loaded, serving/weight_transfer.py).
+    Embedded engines always take the weights in memory."""
     weight_sync_timeout_s: float = 600.0
     """Most seconds each weight-sync phase (pause, load, resume) may take on the engines; an engine that does
     not answer stops the run with an error naming it, instead of a silent hang."""

@@ -328,9 +328,15 @@ class Learner:
                 state = {k: v for k, v in full.items() if not (self.tied and k == "lm_head.weight")}
         return {k: v.detach().to(dtype or v.dtype).contiguous().cpu().clone() for k, v in state.items()}
 
-    def save_for_engine(self, path: str) -> str:
-        """An HF folder with the merged weights and an untied lm_head (what remote engines reload)."""
+    def save_for_engine(self, path: str, adapter: bool = False) -> str:
+        """An HF folder with the merged weights and an untied lm_head (what remote engines reload), or with
+        `adapter` only the LoRA adapter (PEFT's adapter files, serving/weight_transfer.py)."""
         from serving.models import save_untied
+
+        if adapter:
+            if self.rank == 0:
+                self.model.save_pretrained(path)
+            return path
 
         if self.cfg.lora_rank == 0 and not self.strategy.sharded:
             return str(save_untied(self.model, self.tokenizer, path))
@@ -349,18 +355,6 @@ class Learner:
         return {n: self.strategy.full(p).detach().cpu().clone() for n, p in self.model.named_parameters()
                 if p.requires_grad}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"params": self.trainable_state(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        named = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for n, v in state["params"].items():
-                named[n].copy_(v)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
 
 
 def _shared_prefix(ids: torch.Tensor, mask: torch.Tensor | None) -> int:

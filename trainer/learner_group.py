@@ -90,8 +90,8 @@ class LearnerWorker:
 
         return self.learner.export_weights(dtype=torch_dtype(self.cfg.engine.dtype, "cpu"))
 
-    def save_for_engine(self, path: str) -> str:
-        return self.learner.save_for_engine(path)
+    def save_for_engine(self, path: str, adapter: bool = False) -> str:
+        return self.learner.save_for_engine(path, adapter)
 
     def save(self, folder: str) -> None:
         from trainer import learner_state
@@ -189,8 +189,9 @@ class LearnerGroup:
         other ranks run the same export (their part of the gathers) and return nothing."""
         return [a.export_weights.remote() for a in self._exporters()][0]
 
-    async def save_for_engine(self, path: str) -> str:
-        return (await self._call("save_for_engine", [a.save_for_engine.remote(path) for a in self._exporters()]))[0]
+    async def save_for_engine(self, path: str, adapter: bool = False) -> str:
+        return (await self._call("save_for_engine", [a.save_for_engine.remote(path, adapter)
+                                                     for a in self._exporters()]))[0]
 
     async def save(self, folder: str) -> None:
         await self._call("checkpoint save", [a.save.remote(folder) for a in self.actors])

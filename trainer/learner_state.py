@@ -112,6 +112,17 @@ def save(learner: Any, folder: str | Path) -> None:
         os.fsync(f.fileno())
 
 
+def _load_legacy(learner: Any, state: dict[str, Any]) -> None:
+    """A `learner.pt` of an earlier hexsearch: {params, optimizer, scheduler, torch_rng} of one full replica."""
+    named = dict(learner.model.named_parameters())
+    with torch.no_grad():
+        for n, v in state["params"].items():
+            named[n].copy_(v)
+    learner.optimizer.load_state_dict(state["optimizer"])
+    learner.scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch_rng"])
+
+
 def load(learner: Any, folder: str | Path) -> None:
     """Every rank calls this: weights and optimizer moments resharded onto this learner's ranks."""
     folder = Path(folder)
@@ -119,7 +130,7 @@ def load(learner: Any, folder: str | Path) -> None:
         if learner.strategy.sharded:
             raise ValueError(f"{folder}/learner.pt predates sharded checkpoints: resume it with "
                              "train.learner.strategy=ddp, then switch to fsdp2 at the next checkpoint")
-        learner.load_state_dict(torch.load(folder / "learner.pt", weights_only=True))
+        _load_legacy(learner, torch.load(folder / "learner.pt", weights_only=True))
         return
     state = json.loads((folder / STATE).read_text())
     reader = _JsonReader(folder / SHARDS)

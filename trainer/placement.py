@@ -97,20 +97,21 @@ def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False)
         ray_constants.ENABLE_RAY_CLUSTER = clusters
 
 
-def requested_gpus(cfg: TrainConfig, embedded: bool) -> float:
-    """GPUs the learner and (embedded) engine roles ask for together."""
+def requested_gpus(cfg: TrainConfig, engines: bool) -> float:
+    """GPUs the learner and (when they hold GPUs: embedded or managed servers) engine roles ask for together."""
     return cfg.learner_workers * cfg.learner_resources.num_gpus + (
-        cfg.engine_replicas * cfg.engine_resources.num_gpus if embedded else 0.0)
+        cfg.engine_replicas * cfg.engine_resources.num_gpus if engines else 0.0)
 
 
-def plan_gpus(cfg: TrainConfig, device: str, embedded: bool, cluster_gpus: float) -> TrainConfig:
+def plan_gpus(cfg: TrainConfig, device: str, engines: bool, cluster_gpus: float, tp: int = 1) -> TrainConfig:
     """The roles' GPUs from `engine.device` and the GPUs of the Ray cluster, or a clear error.
 
-    `auto` with GPUs in the cluster and no role asking for any: each learner rank and each embedded engine
-    replica gets a GPU (half of one each when there are not enough for all). GPUs
-    asked for (`cuda`, or a role's `num_gpus`) that the cluster does not have are an error here, never
-    actors that wait for resources forever or run on CPU instead."""
-    asked = requested_gpus(cfg, embedded)
+    `engines`: the engine replicas hold GPUs (embedded engines, or servers `hexsearch train` starts, each of
+    `tp` GPUs). `auto` with GPUs in the cluster and no role asking for any: each learner rank and each engine
+    gets its GPUs (half a GPU each when there are not enough for all and tp is 1). GPUs asked for (`cuda`, or
+    a role's `num_gpus`) that the cluster does not have are an error here, never actors that wait for
+    resources forever or run on CPU instead."""
+    asked = requested_gpus(cfg, engines)
     if device.startswith("cuda") and cluster_gpus == 0:
         raise RuntimeError(f"engine.device={device} but the Ray cluster has no GPU (torch sees "
                            f"{_visible_gpus()}); use engine.device=auto or cpu, or join a GPU cluster (train.ray_address)")
@@ -121,13 +122,14 @@ def plan_gpus(cfg: TrainConfig, device: str, embedded: bool, cluster_gpus: float
         return cfg
     from dataclasses import replace
 
-    actors = cfg.learner_workers + (cfg.engine_replicas if embedded else 0)
-    share = 1.0 if actors <= cluster_gpus else 0.5 if actors <= 2 * cluster_gpus else 0.0
+    units = cfg.learner_workers + (cfg.engine_replicas * tp if engines else 0)
+    share = 1.0 if units <= cluster_gpus else 0.5 if units <= 2 * cluster_gpus and tp == 1 else 0.0
     if share == 0.0:
         raise RuntimeError(f"engine.device={device}: {cfg.learner_workers} learner ranks and {cfg.engine_replicas} engine "
-                           f"replicas need a GPU (or half of one) each; the Ray cluster has {cluster_gpus:g}")
+                           f"replicas of {tp} GPU(s) need {units} GPUs (or half of one each); the Ray cluster has "
+                           f"{cluster_gpus:g}")
     return replace(cfg, learner_resources=replace(cfg.learner_resources, num_gpus=share),
-                   engine_resources=replace(cfg.engine_resources, num_gpus=share if embedded else 0.0))
+                   engine_resources=replace(cfg.engine_resources, num_gpus=share * tp if engines else 0.0))
 
 
 def _visible_gpus() -> int:

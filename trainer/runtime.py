@@ -62,6 +62,8 @@ class Runtime:
     def __init__(self, cfg: Any, run: RunDir):
         self.cfg, self.run, self.train_cfg = cfg, run, cfg.train
         self.state = LoopState()
+        self.servers: Any = None
+        """Inference servers this run started itself (trainer/managed_servers.py), or None."""
         self.last_gen: tuple[int, float] = (0, time.perf_counter())
 
     @classmethod
@@ -77,7 +79,9 @@ class Runtime:
         init_ray(t, embedded, judge_actor)
         import ray
 
-        t = plan_gpus(t, cfg.engine.device, embedded, float(ray.cluster_resources().get("GPU", 0.0)))
+        managed = cfg.engine.backend in ("vllm", "sglang") and not cfg.engine.urls  # servers started here, on GPUs
+        t = plan_gpus(t, cfg.engine.device, embedded or managed, float(ray.cluster_resources().get("GPU", 0.0)),
+                      tp=max(1, cfg.engine.tensor_parallel_size) if managed else 1)
         cfg = self.cfg = replace(cfg, train=t)
         self.train_cfg = t
         train_items, self.dev_items, world = load_questions(cfg)
@@ -95,6 +99,14 @@ class Runtime:
         # that generation, pause and weight updates pass through the same object: a remote client
         # stamps each call with the version it was sent under, which is exact only for the client
         # that also pauses and updates (serving/remote.py).
+        if t.weight_transfer == "adapter" and not (t.lora_rank > 0 and cfg.engine.backend == "vllm"):
+            raise ValueError("train.weight_transfer=adapter pushes LoRA adapters to vLLM servers: it needs "
+                             f"train.lora_rank > 0 and engine.backend=vllm (got {t.lora_rank}, {cfg.engine.backend})")
+        if not embedded and not cfg.engine.urls:  # no servers named: start them, as Ray actors
+            from trainer.managed_servers import ManagedServers
+
+            self.servers = ManagedServers.start(cfg, str(self.run.path))
+            cfg = self.cfg = replace(cfg, engine=replace(cfg.engine, urls=list(self.servers.urls)))
         replicas, placement = ((t.engine_replicas, ray_options(t.engine_resources)) if embedded
                                else (1, {"num_cpus": 0}))
         handles = start_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources),
@@ -117,7 +129,7 @@ class Runtime:
             max_question_attempts=t.max_question_attempts, max_consecutive_failures=t.max_consecutive_failures)
         self.sync = WeightSync(self.engines, self.learners, in_memory=embedded,
                                folder=self.run.path / "weights", pause_mode="abort",
-                               timeout_s=t.weight_sync_timeout_s)
+                               timeout_s=t.weight_sync_timeout_s, adapter=t.weight_transfer == "adapter")
         from trainer.engine_watch import EngineSupervisor
 
         self.supervisor = EngineSupervisor(handles, self.sync, interval_s=t.engine_health_interval_s,
@@ -245,6 +257,8 @@ class Runtime:
         self.metrics.close()
         if not ray.is_initialized():
             return
+        if self.servers is not None:
+            self.servers.stop()
         if self.train_cfg.ray_address:  # a shared cluster outlives the run: its actors must not
             for actor in [*self.workers, *self.engine_handles, *self.learners.actors]:
                 ray.kill(actor, no_restart=True)

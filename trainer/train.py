@@ -77,6 +77,8 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
     state = rt.state
     ctrl.start()
     rt.supervisor.start()
+    if rt.servers is not None:
+        rt.servers.watch(rt.sync, ctrl._log, ctrl.fail)
     if not resumed:
         state.eval_before = await rt.evaluate()
         rt.metrics.log(0, state.eval_before)
@@ -107,6 +109,8 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
     await ctrl.stop()
     after = await rt.evaluate()
     await rt.supervisor.stop()
+    if rt.servers is not None:
+        await rt.servers.stop_watch()
     state.elapsed_s += time.time() - t_start
     rt.metrics.log(state.step, after)
     await rt.save()

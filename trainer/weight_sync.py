@@ -7,7 +7,8 @@
          embedded engines: in memory (a Ray ObjectRef of the learner's state dict, resolved in the
                            engine actor: learner -> object store -> engine)
          remote engines:   from a folder the learner saved (`serving.models.save_untied`), which
-                           vLLM/SGLang reload from disk
+                           vLLM/SGLang reload from disk; with `adapter` (LoRA on vLLM) a folder with
+                           the adapter only, which vLLM loads as a new LoRA (serving/weight_transfer.py)
     3. every engine resumes (also when the update failed, so generation never stays frozen)
 
 The admission of new groups pauses around the swap, as in AReaL, so no episode starts on an engine
@@ -30,8 +31,8 @@ class WeightSync:
     """Pushes the learner's weights to the engines (see module docstring)."""
 
     def __init__(self, engines: list[Any], learners: Any, *, in_memory: bool, folder: str | Path | None = None,
-                 pause_mode: str = "abort", keep_folders: int = 2, timeout_s: float = 600.0):
-        self.engines, self.learners, self.in_memory = engines, learners, in_memory
+                 pause_mode: str = "abort", keep_folders: int = 2, timeout_s: float = 600.0, adapter: bool = False):
+        self.engines, self.learners, self.in_memory, self.adapter = engines, learners, in_memory, adapter
         self.timeout_s = timeout_s
         self.folder = Path(folder) if folder else None
         self.pause_mode, self.keep_folders = pause_mode, keep_folders
@@ -46,7 +47,8 @@ class WeightSync:
             return self.learners.export_ref()
         assert self.folder is not None
         path = self.folder / f"v{version}"
-        saved = await self.learners.save_for_engine(str(path))
+        saved = await (self.learners.save_for_engine(str(path), adapter=True) if self.adapter
+                       else self.learners.save_for_engine(str(path)))
         self._prune(version)
         return saved
 

@@ -1,0 +1,165 @@
+"""Inference servers that `hexsearch train` starts itself: `engine.backend=vllm|sglang|http` and no `engine.urls`.
+
+    ManagedServers.start(cfg, run)   one ServerActor per `train.engine_replicas`, each holding
+                                     `engine.tensor_parallel_size` GPUs (none for `http`, our CPU server);
+                                     each launches its server (serving/launch.py) on its node, waits for
+                                     /health, and records it in <run>/engines.json
+    .urls                            what the engine client pool is built over (as if given in engine.urls)
+    .watch(sync, log, fail)          every `train.engine_health_interval_s`: a server whose process died is
+                                     started again on the same port and given the weights the others hold
+                                     (`sync.current`, under `sync.lock`), at most `train.engine_max_restarts` times
+    .stop()                          stops every server process and its actor (also when the run fails)
+
+A server binds its node's loopback address when Ray runs on one machine, else the node's own address (the
+engine client may run on another node of the cluster; keep the cluster's network private), never 0.0.0.0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+
+class ServerActor:
+    """Ray actor body: one inference server process on this actor's node and GPUs."""
+
+    def __init__(self, engine_cfg: Any, name: str, run_path: str, local: bool, lora_rank: int = 0):
+        import ray
+
+        self.cfg, self.name, self.run_path, self.lora_rank = engine_cfg, name, run_path, lora_rank
+        self.host = "127.0.0.1" if local else ray.util.get_node_ip_address()
+        self.server: Any = None
+        self.port: int | None = None
+
+    def start(self) -> str:
+        """Launch the server (on the port it had, after a restart) and wait until it is healthy; its URL."""
+        import ray
+
+        from serving import launch
+
+        cfg, tp = self.cfg, max(1, self.cfg.tensor_parallel_size)
+        if cfg.backend == "vllm":
+            extra = ["--tensor-parallel-size", str(tp)] if tp > 1 else []
+            env = {}
+            share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 1.0))
+            if 0 < share < 1:  # a GPU shared with a learner: vLLM takes its part of the memory only
+                extra += ["--gpu-memory-utilization", f"{0.85 * share:.2f}"]
+            if self.lora_rank:  # LoRA runs push adapters (serving/weight_transfer.py)
+                extra += ["--enable-lora", "--max-lora-rank", str(self.lora_rank)]
+                env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+            self.server = launch.start_vllm_server(cfg.model, run=self.run_path, host=self.host, port=self.port,
+                                                   max_model_len=cfg.max_model_len, kv_cache_gb=cfg.kv_cache_gb,
+                                                   extra_args=extra, name=self.name, env=env)
+        elif cfg.backend == "sglang":
+            self.server = launch.start_sglang_server(cfg.model, run=self.run_path, host=self.host, port=self.port,
+                                                     tp=tp, max_model_len=cfg.max_model_len, name=self.name)
+        else:
+            self.server = launch.start_engine_server(cfg.model, host=self.host, port=self.port, dtype=cfg.dtype,
+                                                     max_batch_size=cfg.max_batch_size,
+                                                     max_model_len=cfg.max_model_len, run_dir=self.run_path,
+                                                     name=self.name)
+        self.port = int(self.server.url.rsplit(":", 1)[1])
+        return self.server.url
+
+    def alive(self) -> bool:
+        return self.server is not None and self.server.alive()
+
+    def pid(self) -> int:
+        return self.server.pid if self.server is not None else -1
+
+    async def restart(self, weights: str | None, version: int) -> str:
+        """Start a dead server again and load `weights` (a folder the learner saved) as `version`."""
+        if self.server is not None:
+            self.server.stop(5.0)
+        url = await asyncio.to_thread(self.start)
+        if weights is not None and version > 0:
+            from serving.pool import build_remote
+
+            client = build_remote(self.cfg.backend, [url], self.cfg.model, request_timeout_s=self.cfg.request_timeout_s)
+            try:
+                await client.update_weights(weights, version)
+            finally:
+                await client.aclose()
+        return url
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+class ManagedServers:
+    """The servers of one run (see module docstring)."""
+
+    def __init__(self, actors: list[Any], urls: list[str], max_restarts: int, interval_s: float):
+        self.actors, self.urls = actors, urls
+        self.max_restarts, self.interval_s = max_restarts, interval_s
+        self.restarts = 0
+        self._task: asyncio.Task | None = None
+
+    @classmethod
+    def start(cls, cfg: Any, run_path: str) -> ManagedServers:
+        import ray
+
+        t, backend = cfg.train, cfg.engine.backend
+        # GPUs per server: train.engine_resources.num_gpus as placed by trainer/placement.plan_gpus (a share of one
+        # GPU on a small machine), else engine.tensor_parallel_size; our own `http` server runs on CPU
+        gpus = 0.0 if backend == "http" else (t.engine_resources.num_gpus or float(max(1, cfg.engine.tensor_parallel_size)))
+        if gpus and ray.cluster_resources().get("GPU", 0.0) < gpus * t.engine_replicas:
+            raise RuntimeError(f"engine.backend={backend} without engine.urls starts {t.engine_replicas} server(s) of "
+                               f"{gpus:g} GPU(s) (engine.tensor_parallel_size) but the Ray cluster has "
+                               f"{ray.cluster_resources().get('GPU', 0.0):g} GPUs; give engine.urls of running servers")
+        actor = ray.remote(ServerActor).options(num_cpus=0, num_gpus=gpus, max_restarts=0)
+        lora = t.lora_rank if t.weight_transfer == "adapter" else 0
+        actors = [actor.remote(cfg.engine, f"{backend}-{i}", run_path, not t.ray_address, lora)
+                  for i in range(t.engine_replicas)]
+        try:
+            urls = ray.get([a.start.remote() for a in actors])
+        except Exception:
+            cls(actors, [], 0, 0).stop()
+            raise
+        return cls(actors, urls, t.engine_max_restarts, t.engine_health_interval_s)
+
+    def watch(self, sync: Any, log: Any, fail: Any) -> None:
+        if self.interval_s > 0:
+            self._task = asyncio.get_running_loop().create_task(self._watch(sync, log, fail))
+
+    async def _watch(self, sync: Any, log: Any, fail: Any) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check(sync, log)
+            except Exception as e:  # a server that cannot be brought back stops the run
+                fail(e)
+                return
+
+    async def check(self, sync: Any, log: Any) -> list[int]:
+        """Restart every server whose process died (with the current weights); the indices restarted."""
+        alive = await asyncio.gather(*(a.alive.remote() for a in self.actors))
+        dead = [i for i, ok in enumerate(alive) if not ok]
+        for i in dead:
+            if self.restarts >= self.max_restarts:
+                raise RuntimeError(f"managed inference server {i} died and its restarts are spent "
+                                   f"(train.engine_max_restarts={self.max_restarts})")
+            self.restarts += 1
+            async with sync.lock:  # never interleaves with a weight push
+                version, source = sync.current
+                await self.actors[i].restart.remote(source if isinstance(source, (str, os.PathLike)) else None,
+                                                    version)
+            log("server_restarted", server=i, version=version, restarts=self.restarts)
+        return dead
+
+    async def stop_watch(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def stop(self) -> None:
+        import ray
+
+        try:
+            ray.get([a.stop.remote() for a in self.actors], timeout=60)
+        except Exception:  # noqa: S110 - the actor (and with it the server's process group) is killed below
+            pass
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
