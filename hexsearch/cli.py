@@ -17,6 +17,7 @@ from hexsearch.commands import (
     datagen,
     demo,
     eval_cmd,
+    export,
     index,
     plan,
     serve,
@@ -40,7 +41,7 @@ def _root(quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress b
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-for module in (train, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, view):
+for module in (train, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, view, export):
     module.register(app)
 
 

@@ -6,9 +6,13 @@ call, result summary and the answer as they happen (`--quiet`: only the answer),
 trajectory JSONL under `<run>/trajectories/ask.jsonl`. When the question is one of the world's
 QA questions (or `--gold` is given) the answer is scored.
 
-Without a config file the CPU-learning recipe is applied first (prefilled `<search>`/`<answer>`
-tags, a worked example, greedy decoding), because small models such as SmolLM2-135M do not act
-without it; any `agent.*` override on the command line wins.
+Without a config file, `ask` answers with the model a new user has: the newest checkpoint of a `make
+demo` run under `runs/` (exported once to `<run>/artifacts/hf-step-N/`, with the run's own config),
+and says so; else the untrained SmolLM2 with the quickstart's prompt recipe (configs/quickstart.yaml:
+prefilled `<search>`/`<answer>` tags, worked examples), because small models do not act without it.
+Decoding is greedy. `--checkpoint RUN_DIR` picks a training run explicitly; overrides on the command
+line win (an `engine.model=` override skips the demo checkpoint). The trace ends with the command
+that opens the episode in `hexsearch view`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, conf
 
 SMALL_MODEL_RECIPE = ["agent.prefill=tags", "agent.worked_example=true", "agent.lenient_tags=true",
                       "agent.read_search_results=false", "agent.max_tool_calls=1", "agent.temperature=0"]
-"""Applied when no config file is given (see the module docstring)."""
+"""Applied when no config file is given and configs/quickstart.yaml cannot be found."""
+ASK_OVERRIDES = ["agent.temperature=0", "run.name=''"]
+"""On top of a training run's or the quickstart's config: greedy, and a fresh `ask-<time>` run folder."""
+VIEW_PORT = 8377
 
 
 class TracePrinter:
@@ -143,6 +150,9 @@ async def _run(question: str, cfg, quiet: bool, gold: list[str]) -> int:
         score = f"; reward {traj.reward:.2f} (gold: {' | '.join(traj.gold)})" if traj.gold else ""
         printer.console.print(f"[dim]{traj.num_turns} turns, {len(traj.tool_calls)} tool calls, "
                               f"{traj.timings['total']:.1f} s{score}; trajectory saved to {out}[/dim]")
+        n = sum(1 for line in out.read_text(encoding="utf-8").splitlines() if line.strip()) - 1
+        printer.console.print(f"[dim]see it in the viewer: hexsearch view {run.path} (then "
+                              f"http://127.0.0.1:{VIEW_PORT}/#traj/0?file=ask.jsonl&n={n})[/dim]")
     return 0 if traj.stop_reason == "answered" else 1
 
 
@@ -151,14 +161,60 @@ def register(app: typer.Typer) -> None:
     def _cmd(question: str = typer.Argument(..., help="The question to answer."),
              config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
              quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the answer."),
-             gold: list[str] = typer.Option(None, "--gold", help="A gold answer to score against (repeatable).")) -> None:
+             gold: list[str] = typer.Option(None, "--gold", help="A gold answer to score against (repeatable)."),
+             checkpoint: str = typer.Option(None, "--checkpoint", help="Answer with this training run's newest "
+                                            "checkpoint (a run folder or a step-N folder), with its config.")) -> None:
         has_file = config is not None and not ("=" in config and not Path(config).exists())
-        extra = [] if has_file else SMALL_MODEL_RECIPE
         if config is not None and not has_file:
             overrides, config = [config, *(overrides or [])], None
-        cfg = config_from_cli(config, [*extra, *(overrides or [])])
+        cfg = _ask_config(config if has_file else None, list(overrides or []), checkpoint, quiet)
         try:
             code = asyncio.run(_run(question, cfg, quiet, list(gold or [])))
         except (ValueError, FileNotFoundError, RuntimeError) as e:
             raise UserError(f"ask: {e}") from e
         raise typer.Exit(code)
+
+
+def _ask_config(config: str | None, overrides: list[str], checkpoint: str | None, quiet: bool):
+    """The config `ask` runs with (see the module docstring), saying which model it chose."""
+    from hexsearch.commands.demo import quickstart_path
+    from hexsearch.commands.export import demo_export, find_checkpoint, newest_demo_run
+
+    def say(text: str) -> None:
+        if not quiet:
+            typer.echo(text, err=True)
+
+    if checkpoint is not None:
+        run, _ = find_checkpoint(checkpoint)
+        folder, step = demo_export(run) if Path(checkpoint) == run else _export_step(checkpoint)
+        say(f"ask: the policy of {run} at {step} ({folder})")
+        return config_from_cli(config or str(run / "config.yaml"),
+                               [*([] if config else ASK_OVERRIDES), f"engine.model={folder}", *overrides])
+    if config is not None:
+        return config_from_cli(config, overrides)
+    try:
+        base, extra = quickstart_path(), ASK_OVERRIDES
+    except UserError:
+        base, extra = None, SMALL_MODEL_RECIPE
+    cfg = config_from_cli(base, [*extra, *overrides])
+    if not any(o.startswith("engine.model=") for o in overrides):
+        demo = newest_demo_run(cfg.run.root)
+        if demo is not None:
+            folder, step = demo_export(demo)
+            say(f"ask: using the model you trained: {demo} at {step} (the newest `make demo` run; "
+                f"--checkpoint RUN_DIR picks another)")
+            return config_from_cli(str(demo / "config.yaml"), [*ASK_OVERRIDES, f"engine.model={folder}", *overrides])
+    say(f"ask: no trained `make demo` run under {cfg.run.root}/: the untrained {cfg.engine.model} with the "
+        f"quickstart's prompt recipe ({base or 'built-in recipe'})")
+    return cfg
+
+
+def _export_step(checkpoint: str) -> tuple[Path, str]:
+    """A step-N checkpoint folder exported once into its run's artifacts/hf-step-N/."""
+    from hexsearch.commands.export import EXPORT_MARK, export_run
+
+    step = Path(checkpoint)
+    folder = step.parent.parent / "artifacts" / f"hf-{step.name}"
+    if not (folder / EXPORT_MARK).exists():
+        export_run(step, folder)
+    return folder, step.name

@@ -113,9 +113,22 @@ class TrajectoryIndex:
             background = st.st_size - self.scanned > BACKGROUND_BYTES
         if not background:
             self._scan()
-        else:
+        elif self._scan_chunk():  # the first chunk here (the first page shows at once), the rest in a thread
             threading.Thread(target=self._scan, name=f"index-{self.path.name}", daemon=True).start()
         return self
+
+    def _scan_chunk(self) -> bool:
+        """Index one CHUNK now; True when there is more to read."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.scanned)
+                block = f.read(CHUNK)
+            self._parse(block[: block.rfind(b"\n") + 1], self.scanned)
+            return True
+        except BaseException:
+            with self.lock:
+                self.building = False
+            raise
 
     def _scan(self) -> None:
         try:
@@ -125,21 +138,26 @@ class TrajectoryIndex:
                 while block := f.read(CHUNK):
                     lines = (tail + block).split(b"\n")
                     tail = lines.pop()
-                    parsed = []
-                    for raw in lines:
-                        if raw.strip():
-                            parsed.append((pos, _summary_or_error(raw)))
-                        pos += len(raw) + 1
-                    with self.lock:
-                        for start, row in parsed:
-                            self._add(row, start)
-                        self.scanned = pos  # a torn last line (no newline yet) is read again next time
-                    added += len(parsed)
+                    added += self._parse(b"\n".join(lines) + b"\n" if lines else b"", pos)
+                    pos = self.scanned
             if added >= CACHE_MIN_ROWS:
                 self._save_cache()
         finally:
             with self.lock:
                 self.building = False
+
+    def _parse(self, data: bytes, pos: int) -> int:
+        """Index the complete lines of `data`, which starts at byte `pos`; returns the number of lines."""
+        parsed = []
+        for raw in data.split(b"\n")[:-1]:
+            if raw.strip():
+                parsed.append((pos, _summary_or_error(raw)))
+            pos += len(raw) + 1
+        with self.lock:
+            for start, row in parsed:
+                self._add(row, start)
+            self.scanned = pos  # a torn last line (no newline yet) is read again next time
+        return len(parsed)
 
     # -- the cache: a finished index, reloaded when the same file is opened again ----------------
     def _cache_file(self) -> Path:

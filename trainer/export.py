@@ -1,0 +1,123 @@
+"""A checkpoint's trained policy as a Hugging Face model folder (what `hexsearch export` writes).
+
+    folder = export_policy(checkpoint_dir, base_model, out, lora=(r, alpha, modules) or None, adapter=False)
+
+A checkpoint (trainer/checkpoint.py) holds the trainable weights next to the optimizer state: in
+`learner/` (torch.distributed.checkpoint shards with JSON metadata, trainer/learner_state.py) or, from
+earlier versions, in `learner.pt` (read with `weights_only=True` and memory-mapped, so the optimizer's
+moments are never read into memory). Only the weights are taken; nothing is unpickled.
+
+The folder holds `model.safetensors`, `config.json`, the tokenizer with its chat template,
+`generation_config.json` and `hexsearch_export.json` (the run, step and base model it came from). With
+LoRA the adapters are merged into the base weights (`W + alpha/r * B @ A`), so the folder is a plain
+model that `engine.model=<folder>`, `hexsearch serve vllm` and the Hub take; `adapter=True` instead
+writes a peft adapter folder (`adapter_config.json`, `adapter_model.safetensors`) plus the tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WEIGHT_PREFIX = "model."
+"""Trainable weights are stored as `model.<parameter name>` in the sharded format."""
+
+
+class ExportError(ValueError):
+    """A checkpoint that cannot be exported (missing files, weights that do not fit the base model)."""
+
+
+def read_trained_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
+    """The trainable weights of a checkpoint folder, by parameter name (no optimizer state)."""
+    folder = Path(checkpoint)
+    if (folder / "learner.json").exists() and (folder / "learner").is_dir():
+        import torch.distributed.checkpoint as dcp
+
+        from trainer.learner_state import _JsonReader
+
+        reader = _JsonReader(folder / "learner")
+        saved = reader.read_metadata().state_dict_metadata
+        tensors = {k: torch.zeros(tuple(m.size), dtype=m.properties.dtype)
+                   for k, m in saved.items() if k.startswith(WEIGHT_PREFIX)}
+        if not tensors:
+            raise ExportError(f"{folder}: the checkpoint holds no weights")
+        with warnings.catch_warnings():  # "torch.distributed is disabled ... single process": that is the intent
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(tensors, storage_reader=reader)
+        return {k[len(WEIGHT_PREFIX):]: v for k, v in tensors.items()}
+    if (folder / "learner.pt").exists():
+        state = torch.load(folder / "learner.pt", map_location="cpu", weights_only=True, mmap=True)
+        params = state.get("params") if isinstance(state, dict) else None
+        if not isinstance(params, dict) or not params:
+            raise ExportError(f"{folder}/learner.pt holds no `params`")
+        return {k: v.clone() for k, v in params.items()}
+    raise ExportError(f"{folder}: neither learner/ + learner.json nor learner.pt (not a training checkpoint)")
+
+
+def _merged_model(base_model: str, weights: dict[str, torch.Tensor], lora: tuple[int, float, list[str]] | None):
+    from serving.embedded_weights import LoraSpec, LoraState, WeightUpdateError, apply_update
+    from serving.models import load_model
+
+    model = load_model(base_model, dtype="float32")
+    spec = LoraSpec(lora[0], lora[1]) if lora else None
+    try:
+        n = apply_update(model, weights, LoraState(), spec)
+    except WeightUpdateError as e:
+        raise ExportError(f"the checkpoint does not fit {base_model}: {e}") from None
+    if n == 0:
+        raise ExportError("the checkpoint changed no weight of the base model")
+    return model
+
+
+def _adapter_model(base_model: str, weights: dict[str, torch.Tensor], lora: tuple[int, float, list[str]]):
+    from peft import LoraConfig, get_peft_model
+
+    from serving.models import load_model
+
+    model = get_peft_model(load_model(base_model, dtype="float32"), LoraConfig(
+        r=lora[0], lora_alpha=lora[1], lora_dropout=0.0, target_modules=list(lora[2])))
+    named = dict(model.named_parameters())
+    missing = [k for k in weights if k not in named]
+    if missing:
+        raise ExportError(f"{len(missing)} adapter weight(s) match nothing, e.g. {missing[:2]}")
+    with torch.no_grad():
+        for k, v in weights.items():
+            named[k].copy_(v)
+    return model
+
+
+def export_policy(checkpoint: str | Path, base_model: str, out: str | Path, *, lora: tuple[int, float, list[str]] | None,
+                  adapter: bool = False, dtype: str = "bfloat16", info: dict[str, Any] | None = None) -> Path:
+    """Write the policy of `checkpoint` (trained from `base_model`) to `out`; see the module docstring."""
+    from transformers import GenerationConfig
+
+    from serving.models import load_tokenizer
+
+    if adapter and not lora:
+        raise ExportError("--adapter needs a LoRA run (train.lora_rank > 0); this run trained all weights")
+    weights = read_trained_weights(checkpoint)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
+    if adapter:
+        model = _adapter_model(base_model, weights, lora)
+        model.save_pretrained(out, safe_serialization=True)
+        base = model.get_base_model()
+    else:
+        base = model = _merged_model(base_model, weights, lora).to(torch_dtype)
+        model.save_pretrained(out, safe_serialization=True)
+    if not (out / "generation_config.json").exists():
+        gen = getattr(base, "generation_config", None) or GenerationConfig.from_model_config(base.config)
+        gen.save_pretrained(out)
+    tokenizer = load_tokenizer(base_model)
+    tokenizer.save_pretrained(out)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ExportError(f"the tokenizer of {base_model} has no chat template to export")
+    (out / "hexsearch_export.json").write_text(json.dumps({
+        "checkpoint": str(Path(checkpoint).resolve()), "base_model": base_model, "format": "adapter" if adapter else "merged",
+        "lora": list(lora[:2]) if lora else None, "dtype": dtype, "weights": len(weights), **(info or {})}, indent=2))
+    return out
