@@ -20,7 +20,7 @@ MAY_BE_NEGATIVE = {"agent.invalid_penalty", "eval.temperature"}
 """Fields whose negative values mean something (a penalty; -1 = 'the default temperature')."""
 
 _POSITIVE_INTS = """
-engine.max_batch_size engine.max_model_len engine.prefill_chunk_tokens
+engine.max_batch_size engine.max_model_len engine.prefill_chunk_tokens engine.tensor_parallel_size
 tools.topk tools.max_concurrency tools.max_page_bytes tools.page_chunk_chars tools.max_page_chunks
 tools.retrieval_max_batch tools.snippet_chars
 agent.max_turns agent.max_new_tokens agent.max_context_tokens agent.max_calls_per_turn agent.page_chunk_chars

@@ -1,9 +1,12 @@
 """Learner strategies on CPU with gloo: 2 ranks under ddp and fsdp2 train like one learner on the whole
 batch (loss terms, gradient norm, updated weights), the fsdp2 export is the full state dict, and a sharded
-checkpoint written by 2 ranks resumes on 1 rank and on 2 (then takes the same next step)."""
+checkpoint written by 2 ranks resumes on 1 rank and on 2 (then takes the same next step).
+
+`HEXSEARCH_TEST_DEVICE=cuda` runs the same on 2 GPUs with NCCL (scripts/gpu_check.sh)."""
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import replace
 
@@ -15,6 +18,7 @@ from trainer.config import LearnerConfig, TrainConfig
 from trainer.learner import Learner
 from trainer.learner_group import split_by_tokens
 
+DEVICE = os.environ.get("HEXSEARCH_TEST_DEVICE", "cpu")
 CFG = TrainConfig(precision="fp32", lr=1e-2, grad_clip=0.5, micro_batch_tokens=96)
 """Small micro-batches: each rank runs several, and not the same number (the lockstep dummies are exercised)."""
 
@@ -33,15 +37,19 @@ def _rank(rank: int, world: int, port: int, spec: str, ckpt: str, out: dict) -> 
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    device = "cpu" if DEVICE == "cpu" else f"cuda:{rank}"
+    if device != "cpu":
+        torch.cuda.set_device(rank)
+    dist.init_process_group("gloo" if device == "cpu" else "cpu:gloo,cuda:nccl",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     for strategy in ("ddp", "fsdp2"):
-        learner = Learner(_cfg(strategy), spec, rank=rank, world_size=world)
+        learner = Learner(_cfg(strategy), spec, device=device, rank=rank, world_size=world)
         stats = learner.train_step(split_by_tokens(_samples(), world)[rank], version=0)
         exported = learner.export_weights()  # every rank takes part; rank 0 gets the whole state dict
         if strategy == "fsdp2":
             sharded = {n: p.to_local().numel() for n, p in learner.model.named_parameters()}
             learner_state.save(learner, ckpt)
-            resumed = Learner(_cfg("fsdp2"), spec, rank=rank, world_size=world)
+            resumed = Learner(_cfg("fsdp2"), spec, device=device, rank=rank, world_size=world)
             learner_state.load(resumed, ckpt)  # 2 ranks -> 2 ranks
             second = resumed.train_step(split_by_tokens(_samples(1), world)[rank], version=1)
             after = resumed.export_weights()
@@ -63,10 +71,10 @@ def test_ddp_and_fsdp2_on_two_ranks_equal_one_learner_and_resume_on_one(tiny_mod
     out = mp.Manager().dict()
     mp.spawn(_rank, args=(2, port, tiny_model_spec, str(tmp_path), out), nprocs=2, join=True)
 
-    single = Learner(CFG, tiny_model_spec)
+    single = Learner(CFG, tiny_model_spec, device=DEVICE)
     ref = single.train_step(_samples(), version=0)
     want = single.export_weights()
-    moved = [k for k in want if not torch.equal(want[k], Learner(CFG, tiny_model_spec).export_weights()[k])]
+    moved = [k for k in want if not torch.equal(want[k], Learner(CFG, tiny_model_spec, device=DEVICE).export_weights()[k])]
     assert moved, "the step must change the weights for the comparison to mean anything"
     for strategy in ("ddp", "fsdp2"):
         got = out[strategy]
@@ -82,7 +90,7 @@ def test_ddp_and_fsdp2_on_two_ranks_equal_one_learner_and_resume_on_one(tiny_mod
 
     # the 2-rank fsdp2 checkpoint resumes on one plain learner and on 2 fsdp2 ranks: same next step as
     # the learner that never stopped (restored AdamW moments change that step; zero ones would not match)
-    one = Learner(CFG, tiny_model_spec)
+    one = Learner(CFG, tiny_model_spec, device=DEVICE)
     learner_state.load(one, tmp_path)
     assert all(torch.allclose(v, want[k], atol=2e-6) for k, v in one.export_weights().items())
     assert one.scheduler.last_epoch == 1 and len(one.optimizer.state) == len(one.params)

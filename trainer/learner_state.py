@@ -142,7 +142,8 @@ def load(learner: Any, folder: str | Path) -> None:
         if f"model.{name}" not in saved:
             raise KeyError(f"{folder}: the checkpoint has no weight {name!r} (another model or LoRA setting?)")
         tensors[f"model.{name}"] = p.detach()  # loaded in place (this rank's shard under fsdp2)
-        for key in (k[len(f"optim.{name}."):] for k in saved if k.startswith(f"optim.{name}.")):
+        prefix = f"optim.{name}."
+        for key in (k[len(prefix):] for k in saved if k.startswith(prefix) and "." not in k[len(prefix):]):
             meta = saved[f"optim.{name}.{key}"]
             t = (torch.zeros_like(p, dtype=meta.properties.dtype) if tuple(meta.size) == tuple(p.shape)
                  else torch.zeros(meta.size, dtype=meta.properties.dtype, device=p.device if fused else "cpu"))
