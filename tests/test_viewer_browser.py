@@ -75,10 +75,16 @@ def visit(driver, server, route: str, shot: str | None = None) -> None:
                           "else location.hash = arguments[0];", route)
     _wait(driver, "document.body.dataset.ready === '1'")
     assert not driver.find_elements("id", "page-error"), driver.find_element("id", "page-error").text
-    if shot and os.environ.get("VIEWER_SCREENSHOTS"):
+    if shot:
+        shoot(driver, shot)
+
+
+def shoot(driver, name: str) -> None:
+    """A screenshot for the docs, when VIEWER_SCREENSHOTS names a folder."""
+    if os.environ.get("VIEWER_SCREENSHOTS"):
         out = Path(os.environ["VIEWER_SCREENSHOTS"])
         out.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(out / f"{shot}.png"))
+        driver.save_screenshot(str(out / f"{name}.png"))
 
 
 def _wait(driver, condition: str, timeout: float = 15.0) -> None:
@@ -164,6 +170,8 @@ def test_token_view_shows_every_trained_token(site, browser, tmp_path):
         coloured = browser.execute_script(
             "return [...document.querySelectorAll('#token-view .tok')].filter(t => t.style.backgroundColor).length")
         assert coloured == want  # only policy tokens carry a version colour
+        browser.execute_script("document.querySelector('h2:last-of-type').scrollIntoView()")
+        shoot(browser, "tokens")
         assert console_errors(browser) == []
 
 
