@@ -1,0 +1,181 @@
+"""Learner memory per rank under `ddp` and `fsdp2`: the quickstart model, 2 learner ranks, a few steps.
+
+Each round starts 2 ranks (torch.multiprocessing, a real gloo process group, 1 torch thread each, as the
+quickstart's learner) per strategy, builds `trainer.learner.Learner` on `smollm2-135m-instruct` with
+fp32 master weights (`train.precision=fp32`, the same on every CPU) and trains --steps steps on the same
+synthetic batch (B x G sequences of --tokens random tokens, half of them policy tokens, advantages +-1;
+shared by the ranks by tokens as trainer/learner_group.py does). Per rank it records:
+
+    state bytes   bytes of this rank's parameters, gradients and AdamW moments after the last step
+                  (its shards under fsdp2), counted from the tensors
+    peak bytes    the highest resident memory during the steps (sampled every 2 ms from /proc/self/statm)
+                  minus the resident memory of the same process before the model was loaded (Python,
+                  torch, transformers and the tokenizer): what the learner itself occupies, activations
+                  and the gathered layers included. The ranks run with MALLOC_MMAP_THRESHOLD_=65536, so
+                  every block over 64 KiB is its own mapping, returned to the OS when freed: resident
+                  memory then follows the live tensors (with glibc's default, memory freed during a step
+                  stays resident until trimmed, and both strategies read ~1.05x apart on that account)
+    step s        wall seconds of the steps after the first (the first one allocates the AdamW moments),
+                  from a second pair of ranks per strategy and round that runs with glibc's default
+                  allocator (mapping every block costs time, and more so for fsdp2's many buffers)
+
+    ratio            = ddp peak bytes per rank / fsdp2 peak bytes per rank   (the larger rank of each)
+    state_ratio      = ddp state bytes per rank / fsdp2 state bytes per rank (expected ~2 for 2 ranks)
+    step_time_ratio  = fsdp2 step s / ddp step s                              (the price of the gathers)
+
+Rounds (--rounds, default 3) alternate which strategy runs first; every figure is the median over rounds
+with its range (benchmarks/_common.py). The figures are wall-clock on a possibly shared machine: run it
+under the shared CPU lock.
+
+    python benchmarks/learner_memory.py [--rounds 3] [--steps 3] [--batch 4] [--group 2] [--tokens 160]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import fmt, spread, write_result  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+
+
+def _rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _Peak:
+    """The highest resident memory of this process while running, sampled by a thread."""
+
+    def __init__(self):
+        self.peak, self._stop = _rss(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _rss())
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _batch(args, vocab: int):
+    from trainer.packing import Sample
+
+    rng = random.Random(0)
+    out = []
+    for i in range(args.batch * args.group):
+        ids = [rng.randrange(100, vocab) for _ in range(args.tokens)]
+        half = args.tokens // 2
+        mask = [0] * half + [1] * (args.tokens - half)
+        out.append(Sample(ids, mask, [-2.0] * args.tokens, [0] * args.tokens, advantage=1.0 if i % 2 else -1.0))
+    return out
+
+
+def _rank(rank: int, world: int, port: int, strategy: str, args, out) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from core.memory import release_free_memory
+    from serving.models import load_tokenizer
+    from trainer.config import LearnerConfig, TrainConfig
+    from trainer.learner import Learner
+    from trainer.learner_group import split_by_tokens
+
+    torch.set_num_threads(1)
+    vocab = len(load_tokenizer(MODEL))
+    release_free_memory()
+    base = _rss()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    cfg = TrainConfig(precision="fp32", lr=1e-5, micro_batch_tokens=args.tokens * 2,
+                      learner=LearnerConfig(strategy=strategy))
+    learner = Learner(cfg, MODEL, rank=rank, world_size=world)
+    share = split_by_tokens(_batch(args, vocab), world)[rank]
+    release_free_memory()  # the full model every rank loaded before sharding: gone before the steps
+    times = []
+    with _Peak() as peak:
+        for step in range(args.steps):
+            t0 = time.perf_counter()
+            learner.train_step(share, version=step)
+            times.append(time.perf_counter() - t0)
+    local = [getattr(p, "_local_tensor", p) for p in learner.params]
+    state = sum(t.numel() * t.element_size() for t in local)
+    state += sum(getattr(p.grad, "_local_tensor", p.grad).nbytes for p in learner.params if p.grad is not None)
+    state += sum(getattr(v, "_local_tensor", v).nbytes for s in learner.optimizer.state.values()
+                 for v in s.values() if torch.is_tensor(v))
+    out[rank] = {"peak": peak.peak - base, "state": state, "step_s": sum(times[1:]) / max(1, len(times) - 1)}
+    dist.destroy_process_group()
+
+
+def _spawn(strategy: str, args, mmap_threshold: str | None) -> list[dict]:
+    """Run the 2 ranks (glibc reads MALLOC_MMAP_THRESHOLD_ when each rank process starts)."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = mp.Manager().dict()
+    saved = os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+    if mmap_threshold:
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = mmap_threshold
+    try:
+        mp.spawn(_rank, args=(2, port, strategy, args, out), nprocs=2, join=True)
+    finally:
+        os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+        if saved is not None:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+    return [dict(out[r]) for r in range(2)]
+
+
+def _measure(strategy: str, args) -> dict:
+    memory, timing = _spawn(strategy, args, "65536"), _spawn(strategy, args, None)
+    return {"peak": max(r["peak"] for r in memory), "state": max(r["state"] for r in memory),
+            "step_s": max(r["step_s"] for r in timing), "memory_ranks": memory, "timing_ranks": timing}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=4, help="questions per step")
+    ap.add_argument("--group", type=int, default=2, help="samples per question")
+    ap.add_argument("--tokens", type=int, default=160, help="tokens per sample")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    rounds = []
+    for r in range(args.rounds):
+        order = ("ddp", "fsdp2") if r % 2 == 0 else ("fsdp2", "ddp")
+        got = {s: _measure(s, args) for s in order}
+        rounds.append(got)
+        print(f"round {r + 1}: " + "  ".join(f"{s} peak {got[s]['peak'] / 2**20:.0f} MiB state "
+                                              f"{got[s]['state'] / 2**20:.0f} MiB step {got[s]['step_s']:.2f}s"
+                                              for s in ("ddp", "fsdp2")), flush=True)
+    ratio = spread([g["ddp"]["peak"] / g["fsdp2"]["peak"] for g in rounds])
+    state_ratio = spread([g["ddp"]["state"] / g["fsdp2"]["state"] for g in rounds])
+    step_ratio = spread([g["fsdp2"]["step_s"] / g["ddp"]["step_s"] for g in rounds])
+    line = (f"RESULT learner_memory ratio={ratio['median']:.2f} step_time_ratio={step_ratio['median']:.2f} "
+            f"state_ratio={state_ratio['median']:.2f}")
+    print(f"peak ratio {fmt(ratio)}  state ratio {fmt(state_ratio)}  fsdp2/ddp step time {fmt(step_ratio)}")
+    peaks = {s: spread([g[s]["peak"] / 2**20 for g in rounds]) for s in ("ddp", "fsdp2")}
+    write_result("learner_memory", line, {"ratio": ratio, "step_time_ratio": step_ratio, "state_ratio": state_ratio},
+                 {"args": vars(args), "peak_mib": peaks, "rounds": rounds, "model": MODEL, "ranks": 2,
+                  "memory_runs_malloc_mmap_threshold": 65536})
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
