@@ -16,8 +16,10 @@ def test_auto_gives_learners_and_engines_the_gpus():
     t = TrainConfig(learner_workers=2, engine_replicas=2)
     got = plan_gpus(t, "auto", engines=True, cluster_gpus=8)
     assert (got.learner_resources.num_gpus, got.engine_resources.num_gpus) == (1.0, 1.0)
-    shared = plan_gpus(t, "auto", engines=True, cluster_gpus=2)  # 4 actors on 2 GPUs: half a GPU each
+    shared = plan_gpus(replace(t, learner_workers=1), "auto", engines=True, cluster_gpus=2)  # 3 on 2: half each
     assert (shared.learner_resources.num_gpus, shared.engine_resources.num_gpus) == (0.5, 0.5)
+    with pytest.raises(RuntimeError, match="NCCL takes one GPU per learner rank"):
+        plan_gpus(t, "auto", engines=True, cluster_gpus=2)  # two learner ranks could land on one GPU
     remote = plan_gpus(t, "auto", engines=False, cluster_gpus=2)  # servers at engine.urls: not ours to place
     assert (remote.learner_resources.num_gpus, remote.engine_resources.num_gpus) == (1.0, 0.0)
     managed = plan_gpus(t, "auto", engines=True, cluster_gpus=8, tp=2)  # 2 started servers of TP 2

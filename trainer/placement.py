@@ -128,6 +128,10 @@ def plan_gpus(cfg: TrainConfig, device: str, engines: bool, cluster_gpus: float,
         raise RuntimeError(f"engine.device={device}: {cfg.learner_workers} learner ranks and {cfg.engine_replicas} engine "
                            f"replicas of {tp} GPU(s) need {units} GPUs (or half of one each); the Ray cluster has "
                            f"{cluster_gpus:g}")
+    if share < 1 and cfg.learner_workers > 1:  # Ray may pack two half-GPU learners onto one GPU
+        raise RuntimeError(f"engine.device={device}: {units} actors on {cluster_gpus:g} GPUs would share GPUs, and NCCL "
+                           f"takes one GPU per learner rank; lower train.learner_workers ({cfg.learner_workers}) or "
+                           "train.engine_replicas, or set the roles' num_gpus")
     return replace(cfg, learner_resources=replace(cfg.learner_resources, num_gpus=share),
                    engine_resources=replace(cfg.engine_resources, num_gpus=share * tp if engines else 0.0))
 
