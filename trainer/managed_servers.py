@@ -50,7 +50,7 @@ class ServerActor:
                 env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
             self.server = launch.start_vllm_server(cfg.model, run=self.run_path, host=self.host, port=self.port,
                                                    max_model_len=cfg.max_model_len, kv_cache_gb=cfg.kv_cache_gb,
-                                                   extra_args=extra, name=self.name, env=env)
+                                                   dtype=cfg.dtype, extra_args=extra, name=self.name, env=env)
         elif cfg.backend == "sglang":
             self.server = launch.start_sglang_server(cfg.model, run=self.run_path, host=self.host, port=self.port,
                                                      tp=tp, max_model_len=cfg.max_model_len, name=self.name)
