@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         except OSError as e:
             raise UserError(f"view: cannot listen on 127.0.0.1:{port} ({e.strerror}); try --port 0") from None
         typer.echo(f"viewing {len(folders)} run(s) at {server.url}  (Ctrl-C stops)")
+        server.warm_up()
         if open_browser:
             import webbrowser
 

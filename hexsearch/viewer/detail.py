@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -19,11 +20,20 @@ MAX_TOKENS = 60_000
 """Token views longer than this are cut (the page says so)."""
 
 
+_LOAD_LOCK = threading.Lock()
+"""One tokenizer load at a time: two threads importing transformers at once can see it half-initialised."""
+
+
 @functools.lru_cache(maxsize=4)
-def _tokenizer(spec: str) -> Any:
+def _load(spec: str) -> Any:
     from serving.models import load_tokenizer
 
     return load_tokenizer(spec)
+
+
+def _tokenizer(spec: str) -> Any:
+    with _LOAD_LOCK:
+        return _load(spec)
 
 
 def tokenizer_for(spec: str) -> tuple[Any, str | None]:

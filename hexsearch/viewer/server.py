@@ -218,6 +218,14 @@ class ViewerServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}/"
 
+    def warm_up(self) -> None:
+        """Load the tokenizers of the runs' models in the background (the first trajectory page then opens at once)."""
+        from hexsearch.viewer.detail import tokenizer_for
+
+        models = {str((r.config().get("engine") or {}).get("model", "")) for r in self.api.runs} - {""}
+        threading.Thread(target=lambda: [tokenizer_for(m) for m in sorted(models)], name="viewer-warm-up",
+                         daemon=True).start()
+
     def start(self) -> ViewerServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="viewer", daemon=True)
         self._thread.start()
