@@ -141,3 +141,18 @@ def test_a_run_of_100k_trajectories_opens_in_under_2_seconds(tmp_path, tokenizer
         server.api.runs[0].indexes["train.jsonl"].wait(60)
         server.close()
     assert page["total"] == 100_000 and not page["indexing"]
+
+
+def test_a_bad_metrics_line_is_reported_and_the_run_page_still_served(tmp_path, tokenizer):
+    from viewer_runs import make_train_run
+
+    run = make_train_run(tmp_path, tokenizer, groups=1, bad_line=False)
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write("{not json\n" + json.dumps({"step": 6, "train/reward": float("nan")}) + "\n")
+    server = ViewerServer([run]).start()
+    try:
+        status, s = get(server, "/api/run/0")
+    finally:
+        server.close()
+    assert status == 200 and len(s["metrics"]) == 8 and s["metrics"][-1]["train/reward"] is None  # NaN: null
+    assert s["errors"] == [{"file": str(run / "metrics.jsonl"), "line": 8, "error": s["errors"][0]["error"]}]
