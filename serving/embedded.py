@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from serving import cpu_attention
 from serving.embedded_batch import BatchRunner, EmbeddedCompletion, Seq
 from serving.embedded_weights import LoraState, apply_update, capture_peft, read_folder
 from serving.protocol import Completion, GenerateRequest, is_checkpoint_dir
@@ -245,6 +246,7 @@ class EmbeddedEngine:
                 "prefill_tokens": r.prefill_tokens, "stem_tokens_saved": r.stem_tokens_saved,
                 "model": self.name, "max_batch_size": r.max_batch_size, "max_model_len": self.max_model_len,
                 "kv_cache_bytes": r.kv.allocated_bytes, "prefix_cache": r.prefix.stats(),
+                "decode_attention": cpu_attention.status() if r.native_attention else "sdpa",
                 "last_error": None if self._error is None else repr(self._error)}
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from serving import cpu_attention
 from serving.kv import PrefixCache, PrefixEntry, SlotKVCache
 from serving.protocol import Completion, GenerateRequest
 from serving.sampling import BatchParams, sample
@@ -105,6 +106,7 @@ class BatchRunner:
         self.prefill_chunk_tokens, self.kv_cache_bytes = prefill_chunk_tokens, kv_cache_bytes
         self.shared_gen = torch.Generator(device="cpu").manual_seed(seed)
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.native_attention = cpu_attention.install(model) if device.type == "cpu" else False
         self.version, self.epoch = version, 0
         self.rows: list[Seq | None] = []
         self.n_dec = 0
@@ -226,15 +228,20 @@ class BatchRunner:
                 reuse[id(seq)] = (n, entry)
 
     # ---- forward passes ------------------------------------------------------------------------
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, row0: int) -> torch.Tensor:
-        """One forward pass of rows [row0, row0+len(ids)) at positions `pos`; the last column's logits."""
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, row0: int, decoding: bool = False) -> torch.Tensor:
+        """One forward pass of rows [row0, row0+len(ids)) at positions `pos`; the last column's logits.
+
+        A decoding step (one token per row, each row's slots 0..pos filled) also passes the rows' lengths,
+        which the native CPU decode attention (serving/cpu_attention.py) uses when it is installed.
+        """
         length = int(pos.max()) + 1
         hint = max((s.projected_len for s in self.running()), default=0) + self.prefill_chunk_tokens
         self.kv.ensure(row0 + ids.shape[0], length, hint)
         self.kv.bind(row0, ids.shape[0], pos, length)
         mask = torch.arange(length, device=self.device)[None, None, None, :] <= pos[:, None, :, None]
+        extra = {"hex_decode_lengths": pos[:, 0] + 1} if decoding and self.native_attention else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-                         **{self.cache_kw: self.kv})
+                         **{self.cache_kw: self.kv}, **extra)
         return out.logits[:, -1].float()
 
     @property
@@ -310,7 +317,7 @@ class BatchRunner:
         seqs: list[Seq] = self.rows[: self.n_dec]  # type: ignore[assignment]
         ids = torch.tensor([[s.tokens[-1]] for s in seqs], dtype=torch.long, device=self.device)
         pos = torch.tensor([[s.kv_len] for s in seqs], dtype=torch.long, device=self.device)
-        logits = self._forward(ids, pos, 0)
+        logits = self._forward(ids, pos, 0, decoding=True)
         for s in seqs:
             s.kv_len += 1
         if self._params is None:
