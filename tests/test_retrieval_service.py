@@ -178,6 +178,21 @@ async def test_batcher_in_process_groups_callers(retriever, qs):
     assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 64)] == ["1", "2-3", "2-3", "4-7", "4-7", "8-15", "64-127"]
 
 
+async def test_batcher_holds_a_batch_open_only_when_company_is_likely(retriever, qs):
+    """A lone caller is sent at once (it never waits out the batching window, here a minute); callers that
+    arrive together still share one batch."""
+    batcher = RetrievalBatcher(retriever, max_batch=16, max_wait_ms=60_000)
+    try:
+        for q in qs[:3]:  # one after another, like a single agent
+            hits = await asyncio.wait_for(batcher.search([q], 3), timeout=30)
+            assert [h.rowid for h in hits[0]] == [h.rowid for h in retriever.search([q], 3)[0]]
+        assert batcher.stats()["batches"] == 3
+        together = await asyncio.wait_for(asyncio.gather(*(batcher.search([q], 3) for q in qs[3:11])), timeout=30)
+        assert len(together) == 8 and batcher.stats()["batches"] == 4, batcher.stats()
+    finally:
+        await batcher.aclose()
+
+
 def children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -4,7 +4,9 @@ Search-R1's server (and every copy of it) handles each HTTP request on its own; 
 send one query per request, the encoder then runs at batch size 1, where per-call overhead
 dominates. The batcher puts every query of every request into one pending list; a collector
 task takes up to `max_batch` of them — waiting at most `max_wait_ms` after the first arrival
-for company, and not at all when a backlog is already there — and hands the whole batch to a
+for company, but only while another batch is running (so a lone client never waits: its request goes
+at once, and whatever arrives meanwhile forms the next batch), and not at all when a backlog is
+already there — and hands the whole batch to a
 runner (tools/runners.py: a worker process or thread that encodes once, searches once per
 distinct top-k and fetches documents once; or, client-side, one HTTP request to a retrieval
 service carrying every query — tools/search.py). While the runner computes, new requests
@@ -95,7 +97,7 @@ class RetrievalBatcher:
         while True:
             await free.acquire()
             await self._arrived.wait()
-            if len(self._pending) < self.max_batch and self.max_wait_s > 0:
+            if len(self._pending) < self.max_batch and self.max_wait_s > 0 and self.in_flight:
                 try:
                     await asyncio.wait_for(self._full.wait(), self.max_wait_s)
                 except TimeoutError:
