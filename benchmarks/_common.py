@@ -4,7 +4,8 @@ JSON file per benchmark under benchmarks/results/ that `_report.py` turns into R
 A headline figure is always a median over repeats (or alternating rounds), reported with its range:
 
     s = spread([3.1, 2.6, 4.3])        # {"median": 3.1, "min": 2.6, "max": 4.3, "n": 3, "values": [...]}
-    fmt(s)                              # "3.10 (2.60-4.30)"
+    fmt(s)                              # "3.10 (2.60-4.30)"   (for people)
+    kv("ratio", s)                      # "ratio=3.10 ratio_range=2.60-4.30"   (for RESULT lines)
     write_result("async_vs_sync", "RESULT async_vs_sync ratio=3.10 ...", {"ratio": s}, details)
 """
 
@@ -38,6 +39,19 @@ def fmt(s: dict | float, digits: int = 2) -> str:
     if s["n"] == 1:
         return f"{s['median']:.{digits}f} (1 run)"
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+
+
+def kv(key: str, s: dict | float | None, digits: int = 2) -> str:
+    """A RESULT-line figure: `key=<median> key_range=<min>-<max>` (`key_runs=1` for a single run), so that
+    every token of a RESULT line is one key=value and `ratio=<x>` always parses as a number."""
+    if s is None:
+        return f"{key}=nan"
+    if not isinstance(s, dict):
+        return f"{key}={fmt(s, digits)}"
+    head = f"{key}={s['median']:.{digits}f}"
+    if s["n"] == 1:
+        return f"{head} {key}_runs=1"
+    return f"{head} {key}_range={s['min']:.{digits}f}-{s['max']:.{digits}f}"
 
 
 def machine() -> dict:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import fmt, spread, write_result  # noqa: E402
+from _common import fmt, kv, spread, write_result  # noqa: E402
 
 from agent.config import AgentConfig  # noqa: E402
 from agent.localtools import MemoryPages, MemorySearch  # noqa: E402
@@ -175,9 +175,9 @@ def main() -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     full, ro = results["full"], results["read_once"]
     growth = full["median_run"]["ctx_tokens_last50"] / full["median_run"]["ctx_tokens_first50"]
-    line = (f"RESULT agent_turn_cost ratio={full['ratio']['median']:.2f} range={full['ratio']['min']:.2f}-{full['ratio']['max']:.2f} "
-            f"read_once_ratio={fmt(ro['ratio'])} keep_last_k_ratio={fmt(results['keep_last_k']['ratio'])} "
-            f"full_ctx_growth={growth:.1f}x baseline_full_ratio={fmt(full['baseline_ratio'])} "
+    line = (f"RESULT agent_turn_cost {kv('ratio', full['ratio'])} "
+            f"{kv('read_once_ratio', ro['ratio'])} {kv('keep_last_k_ratio', results['keep_last_k']['ratio'])} "
+            f"full_ctx_growth={growth:.1f}x {kv('baseline_full_ratio', full['baseline_ratio'])} "
             f"vs_baseline_full_last50={full['vs_baseline_last50']['median']:.1f}x "
             f"vs_baseline_read_once_last50={ro['vs_baseline_last50']['median']:.1f}x "
             f"peak_mem_mb={ro['peak_mem_mb']:.1f} peak_rss_mb={rss:.0f} repeats={args.repeats} target_full<=1.1")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from _common import fmt, spread, write_result  # noqa: E402
+from _common import kv, spread, write_result  # noqa: E402
 
 os.environ.setdefault("HEXSEARCH_QUIET", "1")
 
@@ -110,8 +110,8 @@ def main() -> None:
     steady = spread(x["steady_ratio"] for x in rounds)
     asyn = spread(x["async"]["samples_per_s"] for x in rounds)
     sync = spread(x["sync"]["samples_per_s"] for x in rounds)
-    line = (f"RESULT async_vs_sync ratio={ratio['median']:.2f} range={ratio['min']:.2f}-{ratio['max']:.2f} "
-            f"async_samples_per_s={fmt(asyn)} sync_samples_per_s={fmt(sync)} steady_ratio={fmt(steady)} "
+    line = (f"RESULT async_vs_sync {kv('ratio', ratio)} "
+            f"{kv('async_samples_per_s', asyn)} {kv('sync_samples_per_s', sync)} {kv('steady_ratio', steady)} "
             f"rounds={args.repeats} steps={args.steps} model={args.model} target>=2.77")
     write_result("async_vs_sync", line, {"ratio": ratio, "steady_ratio": steady, "async_samples_per_s": asyn,
                                          "sync_samples_per_s": sync},

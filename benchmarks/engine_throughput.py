@@ -62,12 +62,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import fmt, spread, write_result  # noqa: E402
+from _common import kv, spread, write_result  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 WORDS = ("the river city archive north council ancient record museum bridge winter harvest signal "
          "station letter island merchant tower garden library mountain festival engine market").split()
-NAN = float("nan")
 
 
 def make_text_ids(tokenizer, rng: random.Random, head: str, length: int) -> list[int]:
@@ -311,8 +310,7 @@ def main() -> None:
                if has_vllm else None)
     headline = {"ratio": ratio, "vs_vllm": vs_vllm, "embedded1_tok_s": e1, f"embedded{n}_tok_s": en,
                 f"vllm{n}_tok_s": vn}
-    line = (f"RESULT engine_throughput ratio={ratio['median']:.2f} "
-            f"vs_vllm={vs_vllm['median'] if vs_vllm else NAN:.2f}")
+    line = f"RESULT engine_throughput {kv('ratio', ratio)} {kv('vs_vllm', vs_vllm)}"
     if not args.skip_agent:
         ea = spread(per_round(lambda r: r["embedded"]["agent"]["tok_s"]))
         ee = spread(per_round(lambda r: r["embedded"]["agent"]["episode_s"]))
@@ -322,14 +320,12 @@ def main() -> None:
                     if has_vllm else None)
         headline.update({"agent_vs_vllm": agent_vs, "embedded_agent_tok_s": ea, "embedded_episode_s": ee,
                          "vllm_agent_tok_s": va, "vllm_episode_s": ve})
-        line += f" agent_vs_vllm={agent_vs['median'] if agent_vs else NAN:.2f}"
-    line += f" rounds={len(rounds)} ranges: ratio={fmt(ratio)} vs_vllm={fmt(vs_vllm) if vs_vllm else 'nan'}"
+        line += f" {kv('agent_vs_vllm', agent_vs)}"
+    line += (f" rounds={len(rounds)} {kv('embedded1_tok_s', e1, 1)} {kv(f'embedded{n}_tok_s', en, 1)}"
+             f" {kv(f'vllm{n}_tok_s', vn, 1)}")
     if not args.skip_agent:
-        line += f" agent_vs_vllm={fmt(agent_vs) if agent_vs else 'nan'}"
-    line += f" tok_s: embedded1={fmt(e1, 1)} embedded{n}={fmt(en, 1)} vllm{n}={fmt(vn, 1) if vn else 'nan'}"
-    if not args.skip_agent:
-        line += (f" agent_embedded={fmt(ea, 1)} agent_vllm={fmt(va, 1) if va else 'nan'}"
-                 f" episode_s: embedded={fmt(ee, 1)} vllm={fmt(ve, 1) if ve else 'nan'}")
+        line += (f" {kv('agent_embedded_tok_s', ea, 1)} {kv('agent_vllm_tok_s', va, 1)}"
+                 f" {kv('embedded_episode_s', ee, 1)} {kv('vllm_episode_s', ve, 1)}")
     line += (f" vllm_mode={'skipped' if not has_vllm else 'eager' if args.vllm_eager else 'compiled'}"
              f" dtype={rounds[0]['embedded']['dtype']}")
     details = {"model": MODEL, "config": vars(args), "vllm_startup_s": round(startup, 1) if startup else None,

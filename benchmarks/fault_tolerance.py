@@ -44,7 +44,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from _common import fmt, spread, write_result  # noqa: E402
+from _common import kv, spread, write_result  # noqa: E402
 from _fault_proxy import FAULTS, FaultProxy  # noqa: E402
 
 CONFIG = """
@@ -266,8 +266,8 @@ def main() -> None:
                 if k in ("rollout_worker", "engine", "learner", "trainer_mid_checkpoint"))
     line = (f"RESULT fault_tolerance lost={worst('lost')} duplicated={worst('duplicated')} "
             f"trained_on_failures={worst('trained_on_failures')} faults={faults['median']:.0f} "
-            f"steps={min(x['steps'] for x in runs)} runs={len(runs)} faults_range={fmt(faults, 0)} "
-            f"tool_fault_rate={fmt(tool_rate)} kills={kills} seconds={fmt(seconds, 0)}")
+            f"steps={min(x['steps'] for x in runs)} runs={len(runs)} faults_range={faults['min']:.0f}-{faults['max']:.0f} "
+            f"{kv('tool_fault_rate', tool_rate)} kills={kills} {kv('seconds', seconds, 0)}")
     write_result("fault_tolerance", line, {"lost": worst("lost"), "duplicated": worst("duplicated"),
                                            "trained_on_failures": worst("trained_on_failures"), "faults": faults,
                                            "seconds": seconds},

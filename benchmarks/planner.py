@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HEXSEARCH_QUIET", "1")
 
-from _common import fmt, spread, write_result  # noqa: E402
+from _common import spread, write_result  # noqa: E402
 
 from trainer.planner.config import PlanConfig  # noqa: E402
 from trainer.planner.exhaustive import exhaustive  # noqa: E402
@@ -253,7 +253,7 @@ def main() -> None:
               "scenarios": rows, "gaps": gap_rows, "validation": validation}
     solve_all = spread(x for s in big for x in s["values"])
     line = (f"RESULT planner ratio={ratio:.3f} gap={gap:.4f} solve_s={solve_s:.2f} prediction_error={err:.3f} "
-            f"solve_s_range={fmt(solve_all)} target_ratio>=1.5 target_prediction_error<=0.20")
+            f"solve_s_range={solve_all['min']:.2f}-{solve_all['max']:.2f} target_ratio>=1.5 target_prediction_error<=0.20")
     write_result("planner", line, {"ratio": ratio, "gap": gap, "solve_s_1024": solve_all, "prediction_error": err},
                  result, OUT)
     print(line)

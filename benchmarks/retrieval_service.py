@@ -39,8 +39,8 @@ reported as the median with min and max over rounds.
         [--servers ours,search-r1,asearcher,ours-nobatch,ours-thread]
 
 Prints `RESULT retrieval_service ratio=<ours / search-r1 QPS at c=64> c1_ratio=... batch64_ratio=...
-vs_asearcher=... batching_gain=... process_gain=... identical_topk=... client_cpu=...` (each as
-median[min-max]) and writes benchmarks/results/retrieval_service.json.
+vs_asearcher=... batching_gain=... process_gain=... identical_topk=... client_cpu=...` (each as its
+median, followed by `<key>_range=<min>-<max>`) and writes benchmarks/results/retrieval_service.json.
 """
 
 import argparse
@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import spread, write_result  # noqa: E402
+from _common import kv, spread, write_result  # noqa: E402
 
 SERVERS: dict[str, dict] = {
     "ours": {},
@@ -343,11 +343,6 @@ def split_work(qs: list[str], args) -> dict[str, list[list[tuple[int, str]]]]:
     return work
 
 
-def rng(s: dict, digits: int = 2) -> str:
-    """median[min-max], one token for a RESULT line."""
-    return f"{s['median']:.{digits}f}[{s['min']:.{digits}f}-{s['max']:.{digits}f}]"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="rounds, alternating the servers' order")
@@ -417,15 +412,15 @@ def main() -> None:
     if "search-r1" in names:
         for key, phase in (("ratio", "c64"), ("c1_ratio", "c1"), ("batch64_ratio", "batch64")):
             headline[key] = per_round("ours", "search-r1", phase)
-        parts += [f"ratio={rng(headline['ratio'])}", f"c1_ratio={rng(headline['c1_ratio'])}",
-                  f"batch64_ratio={rng(headline['batch64_ratio'])}"]
+        parts += [kv('ratio', headline['ratio']), kv('c1_ratio', headline['c1_ratio']),
+                  kv('batch64_ratio', headline['batch64_ratio'])]
     if "asearcher" in names:
         headline["vs_asearcher"] = per_round("ours", "asearcher", "c64")
-        parts.append(f"vs_asearcher={rng(headline['vs_asearcher'])}")
+        parts.append(kv('vs_asearcher', headline['vs_asearcher']))
     for key, other in (("batching_gain", "ours-nobatch"), ("process_gain", "ours-thread")):
         if other in names:
             headline[key] = per_round("ours", other, "c64")
-            parts.append(f"{key}={rng(headline[key])}")
+            parts.append(kv(key, headline[key]))
     for n in names:
         parts.append(f"{n}_qps=c1:{qps(n, 'c1')['median']:.1f},c64:{qps(n, 'c64')['median']:.1f},"
                      f"b64:{qps(n, 'batch64')['median']:.1f}")
@@ -433,7 +428,7 @@ def main() -> None:
     if ref:
         c = checks[ref]
         parts.append(f"identical_topk={c['identical']}/{c['checked']} ties={c['tie_swaps']}")
-    parts += [f"client_cpu={rng(headline['client_cpu_c64'])}", f"cache_hits={headline['cache_hits']}",
+    parts += [kv('client_cpu', headline['client_cpu_c64']), f"cache_hits={headline['cache_hits']}",
               f"rounds={args.rounds}"]
     line = "RESULT retrieval_service " + " ".join(parts)
     details = {"servers": names, "rounds": args.rounds, "clients": args.clients, "topk": args.topk,

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import psutil
-from _common import fmt, spread, write_result
+from _common import kv, spread, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW = 50
@@ -192,13 +192,11 @@ def main() -> None:
     runs = [soak_once(args.steps) for _ in range(args.repeats)]
     head = {k: spread(r[k] for r in runs if r[k] is not None) for k in ("step_time_ratio", "rss_growth_mb", "rss_growth_mb_second_half",
                                                       "open_files_growth", "file_growth_ratio")}
-    line = (f"RESULT soak step_time_ratio={head['step_time_ratio']['median']:.3f} "
-            f"rss_growth_mb={head['rss_growth_mb']['median']:.1f} "
+    line = (f"RESULT soak {kv('step_time_ratio', head['step_time_ratio'], 3)} "
+            f"{kv('rss_growth_mb', head['rss_growth_mb'], 1)} "
             f"open_files_growth={head['open_files_growth']['max']:.0f} steps={min(r['steps'] for r in runs)} "
-            f"runs={len(runs)} step_time_ratio_range={fmt(head['step_time_ratio'], 3)} "
-            f"rss_growth_mb_range={fmt(head['rss_growth_mb'], 1)} "
-            f"rss_growth_mb_second_half={fmt(head['rss_growth_mb_second_half'], 1)} "
-            f"file_growth_ratio={fmt(head['file_growth_ratio'], 3)} bound_step_time_ratio=1.2")
+            f"runs={len(runs)} {kv('rss_growth_mb_second_half', head['rss_growth_mb_second_half'], 1)} "
+            f"{kv('file_growth_ratio', head['file_growth_ratio'], 3)} bound_step_time_ratio=1.2")
     write_result("soak", line, head, {"runs": runs, "bounds": {"step_time_ratio": 1.2}})
     print(line)
 

@@ -47,7 +47,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from _common import fmt, spread, write_result  # noqa: E402
+from _common import fmt, kv, spread, write_result  # noqa: E402
 
 HEX = ROOT / ".venv" / "bin" / "hexsearch"
 TRL_PY = ROOT / ".venv-trl" / "bin" / "python"
@@ -266,9 +266,9 @@ def main() -> None:
     ours_sps = spread([x["hexsearch"]["samples_per_s"] for x in rounds])
     trl_sps = spread([x["trl"]["samples_per_s"] for x in rounds])
     base = spread([x["hexsearch"]["dev_reward_before"] for x in rounds])
-    line = (f"RESULT vs_trl ratio={ratio['median']:.2f} dev_reward_ours={ours_dev['median']:.3f} "
-            f"dev_reward_trl={trl_dev['median']:.3f} dev_reward_base={base['median']:.3f} "
-            f"samples_per_s_ours={ours_sps['median']:.3f} samples_per_s_trl={trl_sps['median']:.3f} "
+    line = (f"RESULT vs_trl {kv('ratio', ratio)} {kv('dev_reward_ours', ours_dev, 3)} "
+            f"{kv('dev_reward_trl', trl_dev, 3)} {kv('dev_reward_base', base, 3)} "
+            f"{kv('samples_per_s_ours', ours_sps, 3)} {kv('samples_per_s_trl', trl_sps, 3)} "
             f"minutes={args.minutes:g} rounds={len(rounds)}")
     details = {"rounds": rounds, "minutes": args.minutes, "batch": args.batch, "group": args.group,
                "format": "hermes", "model": SMOLLM2,

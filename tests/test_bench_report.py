@@ -19,6 +19,10 @@ def test_spread_is_median_with_range():
     assert (s["median"], s["min"], s["max"], s["n"]) == (3.81, 2.58, 4.33, 3)
     assert _common.fmt(s) == "3.81 (2.58-4.33)" and _common.fmt(_common.spread([2.0])) == "2.00 (1 run)"
     assert _common.spread([1, 2, 3, 4])["median"] == 2.5
+    # RESULT lines: every token is key=value, and the headline key carries the plain median
+    assert _common.kv("ratio", s) == "ratio=3.81 ratio_range=2.58-4.33"
+    assert _common.kv("ratio", _common.spread([2.0])) == "ratio=2.00 ratio_runs=1"
+    assert _common.kv("vs_vllm", None) == "vs_vllm=nan" and _common.kv("n", 3.14159, 1) == "n=3.1"
     with pytest.raises(ValueError):
         _common.spread([])
 
