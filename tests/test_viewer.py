@@ -156,3 +156,26 @@ def test_a_bad_metrics_line_is_reported_and_the_run_page_still_served(tmp_path, 
         server.close()
     assert status == 200 and len(s["metrics"]) == 8 and s["metrics"][-1]["train/reward"] is None  # NaN: null
     assert s["errors"] == [{"file": str(run / "metrics.jsonl"), "line": 8, "error": s["errors"][0]["error"]}]
+
+
+def test_a_finished_index_is_cached_and_dropped_when_the_file_changed(tmp_path, tokenizer, monkeypatch):
+    import hexsearch.viewer.index as ix
+
+    monkeypatch.setenv("HEXSEARCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ix, "CACHE_MIN_ROWS", 2)
+    path = tmp_path / "train.jsonl"
+    lines = [make_trajectory(tokenizer, f"Q{i}?", "1642", 1.0, group=f"{i}:0#0", step=i, version=0, qid=f"q{i}").to_json()
+             for i in range(3)]
+    path.write_text("\n".join(lines) + "\n")
+    assert len(TrajectoryIndex(path).refresh().rows) == 3 and list((tmp_path / "cache").rglob("*.json"))
+
+    def no_parsing(raw):
+        raise AssertionError("a cached index parses nothing")
+
+    monkeypatch.setattr(ix, "summarise", no_parsing)
+    assert [r["qid"] for r in TrajectoryIndex(path).refresh().rows] == ["q0", "q1", "q2"]  # from the cache
+    monkeypatch.undo()
+    monkeypatch.setenv("HEXSEARCH_CACHE", str(tmp_path / "cache"))
+    with path.open("r+") as f:  # rewritten in place: same inode, same size, other content
+        f.write(lines[0].replace('"Q0?"', '"Z0?"'))
+    assert TrajectoryIndex(path).refresh().rows[0]["q"] == "Z0?"

@@ -167,7 +167,8 @@ class TrajectoryIndex:
     def _save_cache(self) -> None:
         with self.lock:
             blob = json.dumps({"version": CACHE_VERSION, "path": str(self.path.resolve()), "inode": self.inode,
-                               "scanned": self.scanned, "rows": self.rows, "offsets": self.offsets},
+                               "scanned": self.scanned, "tail": self._tail(self.scanned), "rows": self.rows,
+                               "offsets": self.offsets},
                               separators=(",", ":"))
         try:
             self._cache_file().parent.mkdir(parents=True, exist_ok=True)
@@ -181,11 +182,21 @@ class TrajectoryIndex:
         except (OSError, ValueError):
             return
         if (d.get("version") != CACHE_VERSION or d.get("inode") != inode or d.get("scanned", 0) > size
-                or d.get("path") != str(self.path.resolve()) or len(d["rows"]) != len(d["offsets"])):
+                or d.get("path") != str(self.path.resolve()) or len(d["rows"]) != len(d["offsets"])
+                or d.get("tail") != self._tail(d["scanned"])):  # the same bytes still end the indexed part
             return
         for row, start in zip(d["rows"], d["offsets"], strict=True):
             self._add(row, start)
         self.scanned = d["scanned"]
+
+    def _tail(self, end: int) -> str:
+        """A fingerprint of the 4 KB before byte `end` (a file rewritten in place no longer matches its cache)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(max(0, end - 4096))
+                return hashlib.sha256(f.read(min(end, 4096))).hexdigest()
+        except OSError:
+            return ""
 
     def _reset(self, inode: int) -> None:
         self.rows, self.offsets, self.groups, self.keys, self.errors = [], [], {}, {}, []
