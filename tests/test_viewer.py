@@ -7,7 +7,6 @@ import http.client
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 from viewer_runs import BAD_LINE, make_all, make_trajectory
@@ -89,7 +88,14 @@ def test_trajectory_detail_matches_the_file(site):
 
 
 def test_run_kinds_and_run_discovery(site, tmp_path):
-    _, folders = site
+    server, folders = site
+    status, s = get(server, "/api/run/1")
+    assert s["files"] == ["report.md"]
+    port = server.httpd.server_address[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/api/run/1/file/report.md", headers={"Host": f"localhost:{port}"})
+    res = conn.getresponse()
+    assert res.status == 200 and res.getheader("Content-Type").startswith("text/plain;") and b"<script>" in res.read()
     assert [kind_of(f) for f in folders] == ["train", "eval", "datagen", "ask"]
     assert find_runs([folders[0].parent]) and set(find_runs([folders[0].parent])) == {f.resolve() for f in folders}
     (tmp_path / "empty").mkdir()
@@ -120,9 +126,9 @@ def test_view_command_errors_are_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_of_100k_trajectories_opens_in_under_2_seconds(tmp_path, tokenizer, monkeypatch):
-    """The first page of a 100,000-trajectory run is served in < 2 s while the index is built in the
-    background; opened again, the cached index serves the whole run at once."""
+def test_a_run_of_100k_trajectories_serves_its_first_page_before_the_index_is_done(tmp_path, tokenizer, monkeypatch):
+    """The first page of a 100,000-trajectory run is served while the rest is indexed in the background;
+    opened again, the cached index has the whole run at once (the times: benchmarks/viewer_open.py)."""
     monkeypatch.setenv("HEXSEARCH_CACHE", str(tmp_path / "cache"))
     run = tmp_path / "big"
     (run / "trajectories").mkdir(parents=True)
@@ -131,16 +137,16 @@ def test_a_run_of_100k_trajectories_opens_in_under_2_seconds(tmp_path, tokenizer
         for i in range(100_000):
             f.write(make_trajectory(tokenizer, f"Question {i}?", "1642", float(i % 2), group=f"{i // 4}:0#0", step=i // 32,
                                     version=i // 32, qid=f"q{i}").to_json() + "\n")
-    for attempt in ("first", "cached"):
+    pages = []
+    for _ in ("first", "cached"):
         server = ViewerServer([run]).start()
-        t0 = time.perf_counter()
         status, page = get(server, "/api/run/0/trajectories?limit=50")
-        elapsed = time.perf_counter() - t0
-        assert status == 200 and len(page["rows"]) == 50 and elapsed < 2.0, (attempt, elapsed)
-        print(f"{attempt} open: {elapsed:.2f} s, {page['total']} indexed, still indexing: {page['indexing']}")
-        server.api.runs[0].indexes["train.jsonl"].wait(60)
+        assert status == 200 and [r["qid"] for r in page["rows"]] == [f"q{i}" for i in range(50)]
+        server.api.runs[0].indexes["train.jsonl"].wait(120)
+        pages.append(page)
         server.close()
-    assert page["total"] == 100_000 and not page["indexing"]
+    assert pages[0]["indexing"] and pages[0]["total"] < 100_000  # answered before the whole file was read
+    assert pages[1]["total"] == 100_000 and not pages[1]["indexing"]
 
 
 def test_a_bad_metrics_line_is_reported_and_the_run_page_still_served(tmp_path, tokenizer):

@@ -121,6 +121,7 @@ def test_every_page_loads_without_console_errors(site, browser, tmp_path):
         assert len(advantages) == 4 and advantages[0] > 0 > advantages[1]
         assert "this group trains" in browser.find_element("id", "group-signal").text
         visit(browser, server, "run/1", "eval-run")
+        assert [a.text for a in browser.find_elements("css selector", "a.run-file")] == ["report.md"]
         visit(browser, server, "traj/1?file=eval.jsonl&key=q2%2F0")
         assert "Who founded town 2?" in browser.find_element("tag name", "h1").text
         visit(browser, server, "run/2", "datagen-run")

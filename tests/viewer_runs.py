@@ -94,6 +94,7 @@ def make_eval_run(root: Path, tokenizer) -> Path:
     (run.path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run.trajectories / "eval.jsonl").write_text("\n".join(trajs) + "\n")
     run.write_json(run.path / "report.json", {"suite": "local", "overall": {"questions": 8, "accuracy": 5 / 8}})
+    (run.path / "report.md").write_text("# local\n\naccuracy 0.625 <script>alert(1)</script>\n")
     return run.path
 
 

@@ -22,6 +22,8 @@ import yaml
 from hexsearch.viewer.index import TrajectoryIndex
 
 KINDS = ("train", "eval", "datagen", "ask")
+REPORT_FILES = ("report.md", "accuracy.png", "reward_curve.png", "log.txt")
+"""Files of a run folder the run page links to (served as they are)."""
 
 
 def kind_of(folder: Path) -> str | None:
@@ -136,7 +138,8 @@ class Run:
         cfg = self.config()
         out: dict[str, Any] = {"name": self.path.name, "path": str(self.path), "kind": self.kind,
                                "stamp": self.stamp(), "trajectory_files": self.trajectory_files(),
-                               "model": (cfg.get("engine") or {}).get("model", ""), "errors": []}
+                               "model": (cfg.get("engine") or {}).get("model", ""), "errors": [],
+                               "files": [n for n in REPORT_FILES if (self.path / n).is_file()]}
         results, err = read_json(self.path / "results.json")
         out["results"] = results if isinstance(results, dict) else None
         out["errors"] += [err] if err else []

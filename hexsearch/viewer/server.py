@@ -186,6 +186,8 @@ class Handler(BaseHTTPRequestHandler):
     def _file(self, path: Path) -> None:
         body = path.read_bytes()
         ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        if path.suffix in (".md", ".txt", ".log", ".jsonl", ".yaml"):
+            ctype = "text/plain"  # shown, never run
         if ctype.startswith("text/") or ctype == "application/javascript":
             ctype += "; charset=utf-8"
         self._headers(HTTPStatus.OK, ctype, len(body))

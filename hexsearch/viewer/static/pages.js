@@ -135,7 +135,9 @@ HX.pages.run = async ({ id, q }) => {
   HX.stamp = s.stamp;  // what this render shows: a later change of the run's files re-renders it
   crumbs([s.name, `#run/${id}`]);
   const head = h("div", {}, h("h1", {}, s.name, " ", h("span", { cls: "pill", id: "run-kind" }, s.kind)),
-    h("div", { cls: "muted" }, s.path, s.model ? ` — model ${s.model}` : ""), errorList(s.errors));
+    h("div", { cls: "muted" }, s.path, s.model ? ` — model ${s.model}` : "",
+      (s.files || []).flatMap(f => [" · ", h("a", { href: `/api/run/${id}/file/${f}`, target: "_blank", cls: "run-file" }, f)])),
+    errorList(s.errors));
   const body = s.kind === "eval" ? evalSection(s, q, id) : s.kind === "datagen" ? datagenSection(s, q, id) : trainSection(s);
   const kindHasTrajectories = s.kind !== "datagen" || s.trajectory_files.length;
   return h("div", {}, head, s.kind === "ask" ? cards(Object.entries(s.results || {}).filter(([, v]) => typeof v !== "object")) : body,
