@@ -41,6 +41,9 @@ function trainSection(s) {
       : h("p", { cls: "muted" }, "no tool statistics in metrics.jsonl"));
 }
 
+const TABLE_ROWS = 2000;
+const capped = rows => rows.length > TABLE_ROWS ? ` (the first ${TABLE_ROWS} shown: filter to see the rest)` : "";
+
 function evalSection(s, q, id) {
   const rows = s.rows || [], overall = (s.report || {}).overall || {};
   const level = r => (r.item_meta || {}).level ?? (r.item_meta || {}).hops ?? "";
@@ -56,7 +59,7 @@ function evalSection(s, q, id) {
     h("h2", {}, "Questions"),
     h("div", { cls: "filters" }, sel("correct", ["yes", "no"], "correct"), sel("suite", uniq(suite), "suite"),
       sel("level", uniq(level), "level"), sel("stop", uniq(r => r.stop_reason), "stop reason"),
-      h("span", { id: "eval-count", cls: "muted" }, `${keep.length} of ${rows.length} samples`)),
+      h("span", { id: "eval-count", cls: "muted" }, `${keep.length} of ${rows.length} samples` + capped(keep))),
     table([
       { label: "id", cell: r => h("a", { href: `#traj/${id}?${qs({ file: "eval.jsonl", key: `${r.id}/${r.sample}` })}` }, `${r.id}/${r.sample}`) },
       { label: "question", cell: r => short(r.question, 100) }, { label: "gold", cell: r => short((r.gold || []).join(" | "), 40) },
@@ -65,7 +68,7 @@ function evalSection(s, q, id) {
       { label: "level", cell: level }, { label: "stop", key: "stop_reason" },
       { label: "turns", key: "turns", num: true }, { label: "tools", key: "tool_calls", num: true },
       { label: "s", key: "seconds", num: true },
-    ], keep.slice(0, 2000), r => ({ cls: r.correct ? "correct" : "incorrect", "data-row": "eval" })));
+    ], keep.slice(0, TABLE_ROWS), r => ({ cls: r.correct ? "correct" : "incorrect", "data-row": "eval" })));
 }
 
 function datagenSection(s, q, id) {
@@ -81,14 +84,14 @@ function datagenSection(s, q, id) {
         ["", "accepted", "rejected", "error"].map(v => h("option", { value: v, selected: (q.status || "") === v }, v || "all")))),
       h("label", {}, "rejected at ", h("select", { id: "f-stage", onchange: e => go("run", id, { ...q, stage: e.target.value }) },
         h("option", { value: "" }, "any"), stages.map(v => h("option", { value: v, selected: q.stage === v }, v)))),
-      h("span", { id: "item-count", cls: "muted" }, `${keep.length} of ${items.length} items`)),
+      h("span", { id: "item-count", cls: "muted" }, `${keep.length} of ${items.length} items` + capped(keep))),
     table([
       { label: "#", cell: r => h("a", { href: `#item/${id}?index=${r.index}` }, r.index) },
       { label: "status", cell: r => h("span", { cls: r.status === "accepted" ? "good" : "bad" }, r.status) },
       { label: "reason", cell: r => r.reason || "" }, { label: "question", cell: r => short(r.question, 110) },
       { label: "answer", cell: r => short(r.answer, 40) }, { label: "hops", key: "hops", num: true },
       { label: "difficulty", key: "difficulty" }, { label: "edits", key: "edits", num: true },
-    ], keep.slice(0, 2000), r => ({ "data-row": "item", cls: r.status })));
+    ], keep.slice(0, TABLE_ROWS), r => ({ "data-row": "item", cls: r.status })));
 }
 
 async function trajectoryBrowser(s, q, id) {
