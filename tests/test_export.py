@@ -129,3 +129,16 @@ def test_first_ask_searches_and_answers(tmp_path):
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "-> search(" in proc.stdout and "Answer:" in proc.stdout and "hexsearch view" in proc.stdout
+
+
+def test_ask_checkpoint_flag_exports_once_and_answers_with_that_policy(tmp_path):
+    from hexsearch.commands import ask
+
+    run, _ = _trained_run(tmp_path, "train-pick", TrainConfig(precision="fp32"))
+    cfg = ask._ask_config(None, [f"run.root={tmp_path / 'asks'}"], str(run), quiet=True)
+    folder = run / "artifacts" / "hf-step-3"
+    assert cfg.engine.model == str(folder) and (folder / "model.safetensors").exists()
+    assert cfg.agent.temperature == 0 and cfg.run.root == str(tmp_path / "asks")
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    ask._ask_config(None, [], str(run / "checkpoints" / "step-3"), quiet=True)  # the step folder: same export
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
