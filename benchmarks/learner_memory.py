@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import fmt, spread, write_result  # noqa: E402
+from _common import fmt, kv, spread, write_result  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 
@@ -167,8 +167,8 @@ def main() -> None:
     ratio = spread([g["ddp"]["peak"] / g["fsdp2"]["peak"] for g in rounds])
     state_ratio = spread([g["ddp"]["state"] / g["fsdp2"]["state"] for g in rounds])
     step_ratio = spread([g["fsdp2"]["step_s"] / g["ddp"]["step_s"] for g in rounds])
-    line = (f"RESULT learner_memory ratio={ratio['median']:.2f} step_time_ratio={step_ratio['median']:.2f} "
-            f"state_ratio={state_ratio['median']:.2f}")
+    line = " ".join(["RESULT learner_memory", kv("ratio", ratio), kv("step_time_ratio", step_ratio),
+                     kv("state_ratio", state_ratio)])
     print(f"peak ratio {fmt(ratio)}  state ratio {fmt(state_ratio)}  fsdp2/ddp step time {fmt(step_ratio)}")
     peaks = {s: spread([g[s]["peak"] / 2**20 for g in rounds]) for s in ("ddp", "fsdp2")}
     write_result("learner_memory", line, {"ratio": ratio, "step_time_ratio": step_ratio, "state_ratio": state_ratio},
