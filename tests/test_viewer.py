@@ -49,7 +49,8 @@ def test_serves_nothing_outside_the_run_folders(site, tmp_path):
     secret = folders[0].parent / "secret.txt"
     secret.write_text("not yours")
     (folders[0] / "artifacts" / "link").symlink_to(secret)
-    for path in ("/api/run/0/file/../secret.txt", "/api/run/0/file/%2e%2e/secret.txt", "/api/run/0/file/artifacts/link",
+    (folders[0] / "checkpoints" / "learner.pt").write_bytes(b"not yours either")
+    for path in ("/api/run/0/file/checkpoints/learner.pt", "/api/run/0/file/../secret.txt", "/api/run/0/file/%2e%2e/secret.txt", "/api/run/0/file/artifacts/link",
                  "/api/run/0/file//etc/passwd", "/static/../server.py", "/static/%2e%2e%2fserver.py", "/api/run/9"):
         status, body = get(server, path)
         assert status == 404, (path, body)

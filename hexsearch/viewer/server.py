@@ -9,7 +9,7 @@
     GET /api/run/<i>/trajectory?file=&n=    (or &key=<question id>/<sample>) timeline + token view
     GET /api/run/<i>/group?file=&group=     a group's trajectories, rewards and advantages
     GET /api/run/<i>/item?index=            one datagen item (edits and checks)
-    GET /api/run/<i>/file/<path>            a file of the run folder (plots); never outside it
+    GET /api/run/<i>/file/<path>            a report, plot, log or JSON file of the run folder; never outside it
 
 It binds 127.0.0.1 by default, answers only requests whose Host is a loopback name (no DNS
 rebinding), serves nothing but the static files and files under the given run folders (paths are
@@ -36,6 +36,8 @@ from hexsearch.viewer.runs import Run
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+RUN_FILE_SUFFIXES = (".png", ".md", ".txt", ".json", ".yaml")
+RUN_FILE_MAX_BYTES = 64 << 20
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
@@ -111,10 +113,12 @@ class Api:
             raise NotFound(str(e.args[0])) from None
 
     def run_file(self, i: str, rel: str) -> Path:
-        """A file under run `i`'s folder (after resolving symlinks and `..`), else NotFound."""
+        """A report, plot, log or JSON file under run `i`'s folder (after resolving symlinks and `..`), else
+        NotFound: never checkpoints, caches or anything outside the folder."""
         root = self.run(i).path.resolve()
         target = (root / unquote(rel)).resolve()
-        if not target.is_relative_to(root) or not target.is_file():
+        if (not target.is_relative_to(root) or not target.is_file() or target.suffix not in RUN_FILE_SUFFIXES
+                or target.stat().st_size > RUN_FILE_MAX_BYTES):
             raise NotFound(f"no file {rel!r} in run {i}")
         return target
 
