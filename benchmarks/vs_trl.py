@@ -25,7 +25,7 @@ Arms run one after the other, never together, alternating which goes first over 
 `RESULT vs_trl ratio=<our samples/s / TRL's> dev_reward_ours=<x> dev_reward_trl=<y> ...` (medians over
 rounds) and writes benchmarks/results/vs_trl.json.
 
-    .venv/bin/python benchmarks/vs_trl.py [--minutes 10] [--repeats 1] [--quick] [--lock /tmp/hexsearch-cpu.lock]
+    .venv/bin/python benchmarks/vs_trl.py [--minutes 10] [--repeats 3] [--quick] [--lock /tmp/hexsearch-cpu.lock]
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def _mean(xs: list[float]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="wall-clock budget of each arm")
-    ap.add_argument("--repeats", type=int, default=1, help="rounds of both arms, in alternating order")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of both arms, in alternating order")
     ap.add_argument("--batch", type=int, default=8, help="questions per step (B)")
     ap.add_argument("--group", type=int, default=4, help="samples per question (G)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 minutes per arm, 1 round")
