@@ -17,8 +17,10 @@ back with `weights_only=True` by DCP itself), everything else is JSON. Checkpoin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,14 @@ def _trainable(learner: Any) -> dict[str, torch.nn.Parameter]:
     return {n: p for n, p in learner.model.named_parameters() if p.requires_grad}
 
 
+@contextlib.contextmanager
+def _single_process_ok():
+    """DCP warns on every save/load by a learner without a process group (one rank): that is intended here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        yield
+
+
 def save(learner: Any, folder: str | Path) -> None:
     """Every rank calls this: its shards go to `<folder>/learner/`; rank 0 also writes learner.json."""
     folder = Path(folder)
@@ -99,7 +109,8 @@ def save(learner: Any, folder: str | Path) -> None:
         for key, value in learner.optimizer.state.get(p, {}).items():
             if torch.is_tensor(value):
                 tensors[f"optim.{name}.{key}"] = value
-    dcp.save(tensors, storage_writer=_JsonWriter(folder / SHARDS, sync_files=True))
+    with _single_process_ok():
+        dcp.save(tensors, storage_writer=_JsonWriter(folder / SHARDS, sync_files=True))
     if learner.rank != 0:
         return
     groups = [{k: v for k, v in g.items() if k not in _IMPL_FLAGS} for g in learner.optimizer.param_groups]
@@ -148,7 +159,8 @@ def load(learner: Any, folder: str | Path) -> None:
             t = (torch.zeros_like(p, dtype=meta.properties.dtype) if tuple(meta.size) == tuple(p.shape)
                  else torch.zeros(meta.size, dtype=meta.properties.dtype, device=p.device if fused else "cpu"))
             tensors[f"optim.{name}.{key}"] = moments.setdefault(name, {})[key] = t
-    dcp.load(tensors, storage_reader=reader)
+    with _single_process_ok():
+        dcp.load(tensors, storage_reader=reader)
     named = _trainable(learner)
     for name, moment in moments.items():
         learner.optimizer.state[named[name]] = moment
