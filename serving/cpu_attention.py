@@ -32,6 +32,8 @@ import torch
 NAME = "hexsearch_decode"
 """The attention implementation name registered with transformers."""
 SOURCE = Path(__file__).parent / "csrc" / "decode_attention.c"
+MAX_GROUPS, MAX_HEAD_DIM = 16, 256
+"""The kernel's limits (MAX_G, MAX_D in the C source): other shapes stay on SDPA."""
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
 
 _lock = threading.Lock()
@@ -74,7 +76,7 @@ def load() -> ctypes.CDLL | None:
     """The compiled kernel (built on first use), or None with the reason in `status()`."""
     global _lib, _status
     with _lock:
-        if _lib is not None or _status not in ("not built",):
+        if _lib is not None or _status != "not built":
             return _lib
         if os.environ.get("HEXSEARCH_NATIVE_ATTENTION", "1") == "0":
             _status = "off (HEXSEARCH_NATIVE_ATTENTION=0)"
@@ -108,7 +110,8 @@ def supported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bo
     return (query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float32)
             and key.dtype == value.dtype == query.dtype and query.shape[2] == 1
             and query.stride(-1) == key.stride(-1) == value.stride(-1) == 1
-            and query.shape[1] % key.shape[1] == 0 and query.shape[-1] <= 256)
+            and query.shape[1] % key.shape[1] == 0 and query.shape[1] // key.shape[1] <= MAX_GROUPS
+            and query.shape[-1] <= MAX_HEAD_DIM)
 
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: torch.Tensor,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from tools.base import percentiles
@@ -124,10 +124,6 @@ def _parse_body(model: type[BaseModel], body: bytes) -> Any:
         raise HTTPException(status_code=422, detail=json.loads(e.json(include_url=False))) from None
 
 
-def _json(obj: Any) -> Response:
-    return Response(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode(), media_type="application/json")
-
-
 class _Latency:
     """Rolling latency window (last 20k requests) per endpoint."""
 
@@ -185,7 +181,7 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
     app.state.batcher = batcher
 
     @app.post("/retrieve")
-    async def retrieve(request: Request) -> Response:
+    async def retrieve(request: Request) -> JSONResponse:
         t0 = time.perf_counter()
         req = _parse_body(QueryRequest, await request.body())
         topk = default_topk if req.topk is None else req.topk
@@ -199,10 +195,10 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
         else:
             result = [[h.doc for h in row] for row in hits]
         latency.add("retrieve", time.perf_counter() - t0)
-        return _json({"result": result})
+        return JSONResponse({"result": result})
 
     @app.post("/access")
-    async def access(request: Request) -> Response:
+    async def access(request: Request) -> JSONResponse:
         t0 = time.perf_counter()
         req = _parse_body(AccessRequest, await request.body())
         if len(req.urls) > MAX_QUERIES:
@@ -212,7 +208,7 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
         else:
             result = await asyncio.to_thread(lambda: [pages.get(u) for u in req.urls])
         latency.add("access", time.perf_counter() - t0)
-        return _json({"result": result})
+        return JSONResponse({"result": result})
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -64,6 +64,21 @@ def test_lengths_outside_the_view_are_refused():
         cpu_attention.decode_attention(q, kv, kv, torch.tensor([0, 3]), 0.25)
 
 
+def test_shapes_beyond_the_kernel_limits_stay_on_sdpa():
+    """More grouped heads or a wider head than the C kernel holds: the attention function uses SDPA
+    (an error from the kernel mid-generation would fail every running request)."""
+    assert cpu_attention.load() is not None, cpu_attention.status()
+    kv = torch.randn(2, 1, 8, 16)
+    lengths = torch.tensor([8, 5])
+    for heads, dim in ((cpu_attention.MAX_GROUPS + 1, 16), (2, cpu_attention.MAX_HEAD_DIM * 2)):
+        q = torch.randn(2, heads, 1, dim)
+        k = v = torch.randn(2, 1, 8, dim)
+        assert not cpu_attention.supported(q, k, v)
+        out, _ = cpu_attention.attention_forward(None, q, k, v, None, scaling=dim ** -0.5, hex_decode_lengths=lengths)
+        assert out.shape == (2, 1, heads, dim)
+    assert cpu_attention.supported(torch.randn(2, cpu_attention.MAX_GROUPS, 1, 16), kv, kv)
+
+
 def test_installed_model_matches_sdpa_and_only_decoding_calls_use_the_kernel(monkeypatch):
     from serving.kv import SlotKVCache
     from serving.models import load_model

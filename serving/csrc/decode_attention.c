@@ -121,49 +121,6 @@ static void values_bf16(const uint16_t *v, int64_t v_sp, int64_t L, int G, int D
 }
 #endif
 
-/* Pass 2 with D a multiple of 64: out_g = sum_p w[g][p] * v_p, one query head at a time with its 64-wide
- * accumulator slice in registers (GCC vector extensions: AVX-512 or AVX2 code, whatever -march gives);
- * the task's values stay in L2 between heads. */
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-
-static inline f32x16 load16(const void *base, int64_t off, int bf16) {
-    if (bf16) {
-        u16x16 x;
-        memcpy(&x, (const uint16_t *)base + off, sizeof x);
-        u32x16 wide = __builtin_convertvector(x, u32x16) << 16;
-        f32x16 f;
-        memcpy(&f, &wide, sizeof f);
-        return f;
-    }
-    f32x16 f;
-    memcpy(&f, (const float *)base + off, sizeof f);
-    return f;
-}
-
-static void weighted_values(const void *v, int64_t v0, int64_t v_sp, int64_t L, int G, int D, int bf16,
-                            const float *scores, int64_t stride, float acc[][MAX_D]) {
-    for (int g = 0; g < G; g++) {
-        const float *w = scores + g * stride;
-        for (int c = 0; c < D; c += 64) {
-            f32x16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int64_t p = 0; p < L; p++) {
-                int64_t off = v0 + p * v_sp + c;
-                float wp = w[p];
-                a0 += wp * load16(v, off, bf16);
-                a1 += wp * load16(v, off + 16, bf16);
-                a2 += wp * load16(v, off + 32, bf16);
-                a3 += wp * load16(v, off + 48, bf16);
-            }
-            memcpy(acc[g] + c, &a0, sizeof a0);
-            memcpy(acc[g] + c + 16, &a1, sizeof a1);
-            memcpy(acc[g] + c + 32, &a2, sizeof a2);
-            memcpy(acc[g] + c + 48, &a3, sizeof a3);
-        }
-    }
-}
-
 int hex_decode_attention(const void *q, int64_t q_sb, int64_t q_sh,
                          const void *k, int64_t k_sb, int64_t k_sh, int64_t k_sp,
                          const void *v, int64_t v_sb, int64_t v_sh, int64_t v_sp,
@@ -221,9 +178,6 @@ int hex_decode_attention(const void *q, int64_t q_sb, int64_t q_sh,
                 values_bf16((const uint16_t *)v + b * v_sb + h * v_sh, v_sp, L, G, D, scores, max_len, acc);
             else
 #endif
-            if (D % 64 == 0)
-                weighted_values(v, b * v_sb + h * v_sh, v_sp, L, G, D, bf16, scores, max_len, acc);
-            else
             for (int64_t p = 0; p < L; p++) { /* pass 2: the weighted sum of values */
                 load_row(v, b * v_sb + h * v_sh + p * v_sp, bf16, D, row);
                 for (int g = 0; g < G; g++) {
