@@ -14,14 +14,17 @@ and a real run on this machine.
 4. Prediction error (--validate; otherwise the last stored validation is reused and says so):
    `hexsearch plan profile` measures this CPU (engine + learner + weight sync, one core per device),
    then for each placement the simulator predicts trained samples/s and a real `hexsearch train` run of
-   the quickstart with that placement measures it (steps 2..N; B G / step time); the workload (prompt,
-   shared prefix, generated and tool tokens per trajectory, turns, the fraction of groups dynamic filtering
-   kept for the loss) is read from that run's trajectories and metrics.
+   the quickstart with that placement measures it (steps 2..N; B G / step time, with the standard error of
+   the mean step and each half's figure); the workload (prompt, shared prefix, generated and tool tokens per
+   trajectory, turns, the fraction of groups dynamic filtering kept for the loss) is read from that run's
+   trajectories and metrics. Each phase (training at each step's kept groups, weight sync, the trainer's
+   wait) is compared with the model's. Hold the CPU alone while it runs (`flock /tmp/hexsearch-cpu.lock`).
 
 Prints `RESULT planner ratio=<geomean over scenarios> gap=<max> solve_s=<median at 1,024> prediction_error=<max>`
-and writes benchmarks/results/planner.json.
+followed by the scenarios' range and each ratio, the cost ratio at equal throughput (geomean, range) and the
+measurement's largest relative standard error, and writes benchmarks/results/planner.json.
 
-    .venv/bin/python benchmarks/planner.py [--validate | --predict-only] [--repeats 3] [--steps 6]
+    .venv/bin/python benchmarks/planner.py [--validate | --predict-only] [--repeats 3] [--steps 16]
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ os.environ.setdefault("HEXSEARCH_QUIET", "1")
 from _common import spread, write_result  # noqa: E402
 
 from trainer.planner.config import PlanConfig  # noqa: E402
+from trainer.planner.costs import tokens_per_trajectory, train_step_s  # noqa: E402
 from trainer.planner.exhaustive import exhaustive  # noqa: E402
 from trainer.planner.milp import solve  # noqa: E402
 from trainer.planner.planner import homogeneous_best, make_plan  # noqa: E402
@@ -132,7 +136,8 @@ PLACEMENTS = {
     "sync: 1 engine + 1 learner (the plan), max_staleness=0": ["train.max_staleness=0"],
 }
 """Real runs: `hexsearch train <plan file> <overrides>`; the plan file extends configs/quickstart.yaml."""
-COMMON = ["train.eval_questions=2", "train.save_every=0", "train.time_budget_min=3.5"]
+COMMON = ["train.eval_questions=2", "train.save_every=0", "train.time_budget_min=0"]
+"""No time budget: a run trains exactly `--steps` steps (the measured spread needs all of them)."""
 
 
 def workload_of(run: Path, base: WorkloadSpec) -> WorkloadSpec:
@@ -170,8 +175,8 @@ def validate(steps: int, work: Path) -> list[dict]:
     quick = load_spec(PLANNER / "workloads" / "quickstart-cpu.yaml", WorkloadSpec)
     print(_run([*cli, "plan", "profile", "configs/quickstart.yaml", "--batch", "48", "--prompt-tokens",
                 str(round(quick.prompt_tokens)), "--shared-prefix-tokens", str(round(quick.shared_prefix_tokens)),
-                "--train-tokens", str(round(quick.prompt_tokens + quick.response_tokens_mean
-                                            + quick.turns * quick.tool_tokens_per_turn)), "--out", str(device)], 600),
+                "--train-tokens", str(round(tokens_per_trajectory(quick))), "--policy-tokens",
+                str(round(quick.response_tokens_mean)), "--out", str(device)], 600),
           flush=True)
     print(_run([*cli, "plan", "--cluster", str(device), "--model", str(PLANNER / "models" / "smollm2-135m.yaml"),
                 "--workload", str(PLANNER / "workloads" / "quickstart-cpu.yaml"), "--base", "configs/quickstart.yaml",
@@ -180,7 +185,7 @@ def validate(steps: int, work: Path) -> list[dict]:
     for label, extra in PLACEMENTS.items():
         name = f"plan-{len(rows)}-{int(time.time())}"
         _run([*cli, "train", str(plan), *COMMON, *extra, f"train.steps={steps}", f"run.root={work}",
-              f"run.name={name}"], 600)
+              f"run.name={name}"], 120 + 90 * steps)
         rows.append(predict(label, work / name, device))
     return rows
 
@@ -207,23 +212,55 @@ def predict(label: str, run: Path, device: Path) -> dict:
     p = build_problem(inp, sync_gbps=1e6)  # one machine: the measured sync time is the whole sync
     # the placement the run had: its engine replicas (one core each) and its learners (one core each)
     placed = evaluate(p, {0: t.engine_replicas}, next(c for c, o in enumerate(p.train) if o.gpus == t.learner_workers))
-    sim = simulate(p, placed, w, steps=30)
+    sim = simulate(p, placed, w, steps=200)  # long enough that the random lengths and kept groups average out
+    steps_s = [m["time/step_s"] for m in step_rows[1:]]
     row = {"placement": label, "run": str(run), "engine_replicas": t.engine_replicas,
-           "learner_workers": t.learner_workers, "steps_measured": len(step_rows) - 1,
+           "learner_workers": t.learner_workers, "steps_measured": len(steps_s),
            "measured_samples_per_s": measured, "predicted_samples_per_s": sim.throughput,
            "model_samples_per_s": placed.throughput, "error": abs(sim.throughput - measured) / measured,
+           "measured_rel_se": _rel_se(steps_s), "measured_halves": _halves(steps_s, t.batch_size * t.group_size),
+           "phases": phases(step_rows[1:], p, placed, w, types, inp.model, sim),
            "measured_step_s": [m["time/step_s"] for m in step_rows], "measured_train_s":
            [m.get("time/train_s") for m in step_rows], "workload": dataclasses.asdict(w)}
-    print(f"{label}: measured {measured:.3f}, simulated {sim.throughput:.3f}, cost model {placed.throughput:.3f} "
-          f"samples/s (error {row['error']:.1%})", flush=True)
+    print(f"{label}: measured {measured:.3f} (standard error {row['measured_rel_se']:.1%}; halves "
+          f"{row['measured_halves'][0]:.3f}, {row['measured_halves'][1]:.3f}), simulated {sim.throughput:.3f}, "
+          f"cost model {placed.throughput:.3f} samples/s (error {row['error']:.1%})", flush=True)
+    print("  per phase (mean s per step, measured vs model): " + ", ".join(
+        f"{k} {v['measured']:.2f} vs {v['model']:.2f}" for k, v in row["phases"].items()), flush=True)
     return row
+
+
+def _rel_se(values: list[float]) -> float:
+    """Standard error of the mean step time, relative to it (the measurement's own spread)."""
+    if len(values) < 2:
+        return float("nan")
+    return statistics.stdev(values) / math.sqrt(len(values)) / statistics.mean(values)
+
+
+def _halves(values: list[float], samples_per_step: int) -> tuple[float, float]:
+    """Samples/s over the first and the second half of the measured steps."""
+    h = len(values) // 2
+    return tuple(samples_per_step * len(v) / sum(v) for v in (values[:h], values[h:])) if h else (math.nan, math.nan)
+
+
+def phases(rows: list[dict], p, placed, w: WorkloadSpec, types: dict, model: ModelSpec, sim) -> dict:
+    """Each phase of a step as the run measured it and as the profiled cost model has it: training (the model at
+    each step's own kept groups), weight sync, and the trainer's wait for data (the simulator's idle trainer)."""
+    gpu = types[p.train[placed.train].gpu]
+    train_model = [train_step_s(gpu, model, dataclasses.replace(w, trained_fraction=r["train/kept_groups"] / w.batch_size),
+                                PlanConfig(), 1, 1, 1, 1.0, 1.0) for r in rows]
+    wait = sim.trainer_idle * p.batch_samples / sim.throughput if sim.throughput > 0 else math.nan
+    mean = statistics.mean
+    return {"train_s": {"measured": mean(r["time/train_s"] for r in rows), "model": mean(train_model)},
+            "sync_s": {"measured": mean(r["time/sync_s"] for r in rows), "model": p.sync_s},
+            "wait_s": {"measured": mean(r["time/wait_s"] for r in rows), "model": wait}}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--validate", action="store_true", help="profile this CPU and run the real trainings (~10 min)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--predict-only", action="store_true",
                     help="recompute the predictions for the stored validation runs (no new profile or training)")
     args = ap.parse_args()
@@ -252,7 +289,16 @@ def main() -> None:
               "solve_s_1024_max": max(s["max"] for s in big), "prediction_error_max": err,
               "scenarios": rows, "gaps": gap_rows, "validation": validation}
     solve_all = spread(x for s in big for x in s["values"])
+    ratios = spread(r["ratio_simulated"] for r in rows)
+    cost = spread(r["cost_ratio_at_equal_throughput"] for r in rows)
+    cost_geo = math.exp(statistics.mean(math.log(r["cost_ratio_at_equal_throughput"]) for r in rows))
+    result.update(cost_ratio_geomean=cost_geo)
+    per = " ".join(f"ratio_{r['model'].split('-')[-1]}_{r['gpus']}={r['ratio_simulated']:.3f}" for r in rows)
+    se = max((p["measured_rel_se"] for p in validation.get("placements", []) if "measured_rel_se" in p),
+             default=float("nan"))
     line = (f"RESULT planner ratio={ratio:.3f} gap={gap:.4f} solve_s={solve_s:.2f} prediction_error={err:.3f} "
+            f"ratio_range={ratios['min']:.3f}-{ratios['max']:.3f} {per} cost_ratio={cost_geo:.3f} "
+            f"cost_ratio_range={cost['min']:.3f}-{cost['max']:.3f} measured_rel_se={se:.3f} "
             f"solve_s_range={solve_all['min']:.2f}-{solve_all['max']:.2f} target_ratio>=1.5 target_prediction_error<=0.20")
     write_result("planner", line, {"ratio": ratio, "gap": gap, "solve_s_1024": solve_all, "prediction_error": err},
                  result, OUT)

@@ -4,6 +4,7 @@ infeasible inputs explained, the plan file loads as a config overlay."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from trainer.planner.specs import (
     load_catalog,
     load_cluster,
     load_spec,
+    lognormal_sigma,
     spec_from,
 )
 
@@ -106,7 +108,8 @@ def test_milp_optimum_equals_exhaustive_search_on_random_instances():
 def test_cost_model_formulas_by_hand():
     types = load_catalog(PLANNER / "gpus.yaml")
     g, m, w, cfg = types["H20"], model("qwen2.5-7b"), workload(), PlanConfig()
-    ctx = w.prompt_tokens + w.response_tokens_mean / 2
+    sigma = lognormal_sigma(w.response_tokens_mean, w.response_tokens_p99, from_mean=True)
+    ctx = w.prompt_tokens + math.exp(sigma * sigma) * w.response_tokens_mean / 2  # a slot's time-average context
     by_hand = (m.params_b * 1e9 * 2 + 8 * ctx * m.kv_bytes_per_token) / (4.0e12 * cfg.hbm_efficiency)
     assert decode_step_s(g, m, w, cfg, 1, 8, g.intra_node_gbps) == pytest.approx(by_hand)  # memory-bound at b=8
     by_hand = 2 * m.params_b * 1e9 * 64 / (148e12 * cfg.mfu_prefill)  # H20's 148 TFLOP/s: compute-bound at b=64
@@ -207,7 +210,7 @@ def test_infeasible_inputs_name_the_binding_constraint():
     with pytest.raises(Infeasible, match="fits in device memory|do not fit"):
         make_plan(inputs(small, huge, workload()), simulate_plan=False)
     # one long-tailed step of 2 questions: no replica finishes its p99 trajectory within one step period
-    tight = workload(batch_size=2, group_size=2, max_staleness=0, response_tokens_p99=60000)
+    tight = workload(batch_size=2, group_size=2, max_staleness=0, response_tokens_p99=30000)
     with pytest.raises(Infeasible, match=r"staleness bound binds.*max_staleness=\d+ admits a plan"):
         make_plan(inputs(small, model("qwen2.5-1.5b"), tight), simulate_plan=False)
 

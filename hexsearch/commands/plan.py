@@ -44,12 +44,12 @@ def run_plan(config: str | None, overrides: list[str] | None, cluster: str | Non
 
 
 def run_profile(config: str | None, overrides: list[str] | None, out: str, prompt_tokens: int,
-                train_tokens: int, batch: int, name: str, shared_prefix: int = 0) -> str:
+                train_tokens: int, batch: int, name: str, shared_prefix: int = 0, policy_tokens: int = 0) -> str:
     """Measure engine and learner speed here and write a one-node cluster file of this machine."""
     from trainer.planner.profile import device_yaml, profile_device
 
     cfg = config_from_cli(config, overrides)
-    speed = profile_device(cfg, prompt_tokens, train_tokens, batch, shared_prefix)
+    speed = profile_device(cfg, prompt_tokens, train_tokens, batch, shared_prefix, policy_tokens)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(device_yaml(name, speed, os.cpu_count() or 1))
     return (f"{name}: decode {speed.decode_base_s * 1e3:.1f} ms/step at batch 1, +{speed.decode_per_seq_s * 1e3:.2f} "
@@ -75,12 +75,15 @@ def register(app: typer.Typer) -> None:
              batch: int = typer.Option(16, "--batch", help="profile: largest decode batch measured."),
              shared_prefix: int = typer.Option(0, "--shared-prefix-tokens",
                                                help="profile: prompt tokens all training sequences share."),
+             policy_tokens: int = typer.Option(0, "--policy-tokens",
+                                               help="profile: policy (loss) tokens per training sequence; the rest "
+                                                    "after the prompt are tool results (0: all of it)."),
              name: str = typer.Option("cpu", "--name", help="profile: device type name."),
              ) -> None:
         if config == "profile":
             rest = list(overrides or [])
             cfg_path = rest.pop(0) if rest and "=" not in rest[0] else None
             typer.echo(run_profile(cfg_path, rest, out or "configs/planner/clusters/this-cpu.yaml", prompt_tokens,
-                                   train_tokens, batch, name, shared_prefix))
+                                   train_tokens, batch, name, shared_prefix, policy_tokens))
             return
         typer.echo(run_plan(config, overrides, cluster, model, workload, budget, target, out, base, simulate))

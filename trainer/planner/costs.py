@@ -6,8 +6,13 @@ M device memory, BW memory bandwidth, F dense bf16 FLOP/s, t tensor-parallel deg
 Generation replica k = (gpu, t, b), memory-bound decoding (the roofline):
     t_step(b) = max((P s / t + b c kappa / t) / (BW e_bw),  2 P b / (t F mfu_prefill))  + t_tp(b)
     t_tp(b)   = 2 L (2 (t-1)/t  b h 2 / (B_intra e_link) + lat)          (two all-reduces per layer, t > 1)
-    b <= b_max = (t M f_mem - P s) / (c_end kappa)                        (KV capacity)
-with c the mean context during decoding and c_end the mean final context. Prefill of a trajectory's
+    b <= b_max = (t M f_mem - P s) / (c kappa)                            (KV capacity)
+with c the time-average context a decoding slot holds. A slot decodes one trajectory after another; one
+that grows by g tokens after its prompt (generated + tool results) holds prompt + g/2 on average for g
+steps, so the slot's time average weights long trajectories by their length:
+    c = prompt + E[g^2] / (2 E[g]) = prompt + exp(sigma^2) g_mean / 2      (g log-normal, sigma from mean, p99)
+Paged KV caches (vLLM, SGLang) hold a sequence's current context, not its final one, so c also bounds the
+batch. Prefill of a trajectory's
 prompt (beyond the prefix all share, which the prefix cache holds) and tool results costs
 pf = 2 P (prompt - shared_prefix + (turns - 1) tool_tokens) / (t F mfu_prefill). A replica
 completes r_k = 1 / (R t_step(b) / b + pf) trajectories/s (R: mean generated tokens per trajectory);
@@ -15,7 +20,9 @@ a trajectory spends b / r_k on the engine, plus its tool calls: mean latency l_k
 Keeping the replica busy needs n_k = r_k l_k episodes in flight (Little's law).
 
 Training configuration c = (gpu, dp, tp, pp) on n = dp tp pp devices, one step of T tokens
-(T = B G trained_fraction x tokens per trajectory):
+(T = B G trained_fraction x tokens per trajectory; a trajectory has (turns - 1) tool results). A profiled
+device's step is fixed + B G f (tokens - shared prefix) / measured rate: hexsearch's learner runs the prefix
+every sequence of a step shares once (in `fixed`, with the optimizer step). The roofline:
     t_comp = (6 + 2 [recompute_prox]) P T / (n F mfu_train) x (1 + (pp-1)/m)   (m micro-batches per rank)
     t_tp   = (T/dp) (L/pp) 4 h 2 x 2 (tp-1)/tp / (B_intra e_link)
     t_dp   = 3 x 2 P/(tp pp) x (dp-1)/dp / (B_dp e_link)                   (FSDP: reduce-scatter + 2 all-gathers)
@@ -68,15 +75,32 @@ class TrainOption:
     """tau_c: seconds of one training step of batch_size x group_size trajectories."""
     memory_gb: float
     """Memory per device in GB."""
+    fixed_s: float = 0.0
+    """Seconds of tau_c that do not grow with the step's trained tokens (a profiled learner's optimizer step and
+    shared prefix); the simulator scales the rest with the groups each step keeps."""
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp
 
 
+def growth_tokens(w: WorkloadSpec) -> float:
+    """Tokens a trajectory adds after its prompt: its (turns - 1) tool results and its generated tokens."""
+    return max(w.turns - 1, 0) * w.tool_tokens_per_turn + w.response_tokens_mean
+
+
 def tokens_per_trajectory(w: WorkloadSpec) -> float:
     """Tokens a trajectory puts through training: prompt + tool results + generated tokens."""
-    return w.prompt_tokens + w.turns * w.tool_tokens_per_turn + w.response_tokens_mean
+    return w.prompt_tokens + growth_tokens(w)
+
+
+def kv_context(w: WorkloadSpec) -> float:
+    """c: the time-average context of a decoding slot, prompt + exp(sigma^2) g_mean / 2 (length-biased: a long
+    trajectory occupies its slot for longer, with more context; see the module docstring). The log-normal's second
+    moment grows fast with p99 / mean (1.45 at 3.4x, 93 at 14.6x); real lengths stop at max_new_tokens, which the
+    fit does not know, so a p99 far above the mean overstates c."""
+    sigma = lognormal_sigma(w.response_tokens_mean, w.response_tokens_p99, from_mean=True)
+    return w.prompt_tokens + math.exp(sigma * sigma) * growth_tokens(w) / 2
 
 
 def tool_time(w: WorkloadSpec) -> tuple[float, float]:
@@ -95,8 +119,7 @@ def decode_step_s(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, tp
     if g.measured and g.measured.model == m.name and g.measured.decode_base_s > 0:
         return g.measured.decode_base_s + g.measured.decode_per_seq_s * max(batch - 1, 0)
     p = m.params_b * 1e9
-    ctx = w.prompt_tokens + (w.turns * w.tool_tokens_per_turn + w.response_tokens_mean) / 2
-    mem = (p * m.bytes_per_param + batch * ctx * m.kv_bytes_per_token) / tp / (g.hbm_tbps * 1e12 * cfg.hbm_efficiency)
+    mem = (p * m.bytes_per_param + batch * kv_context(w) * m.kv_bytes_per_token) / tp / (g.hbm_tbps * 1e12 * cfg.hbm_efficiency)
     comp = 2 * p * batch / (tp * g.bf16_tflops * 1e12 * cfg.mfu_prefill)
     comm = 0.0
     if tp > 1:
@@ -106,14 +129,13 @@ def decode_step_s(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, tp
 
 
 def max_decode_batch(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, tp: int) -> int:
-    """b_max: KV capacity / final context, capped by `max_decode_batch` (and the profiled batch)."""
+    """b_max: KV capacity / the slots' time-average context, capped by `max_decode_batch` (and the profiled batch)."""
     if g.measured and g.measured.model == m.name and g.measured.max_batch > 0:
         return min(g.measured.max_batch, cfg.max_decode_batch)
     free = tp * g.hbm_gb * 1e9 * cfg.memory_fraction - m.params_b * 1e9 * m.bytes_per_param
-    end_ctx = w.prompt_tokens + w.turns * w.tool_tokens_per_turn + w.response_tokens_mean
     if free <= 0 or m.kv_bytes_per_token <= 0:
         return 0 if free <= 0 else cfg.max_decode_batch
-    return int(min(cfg.max_decode_batch, free // (end_ctx * m.kv_bytes_per_token)))
+    return int(min(cfg.max_decode_batch, free // (kv_context(w) * m.kv_bytes_per_token)))
 
 
 def prefill_s(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, tp: int) -> float:
@@ -164,9 +186,12 @@ def train_memory_gb(m: ModelSpec, cfg: PlanConfig, dp: int, tp: int, pp: int) ->
 def train_step_s(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, dp: int, tp: int, pp: int,
                  intra_gbps: float, dp_gbps: float) -> float:
     """tau_c of one step (see the module docstring); measured tokens/s replace the roofline when profiled."""
-    tokens = w.batch_size * w.group_size * w.trained_fraction * tokens_per_trajectory(w)
+    trained = w.batch_size * w.group_size * w.trained_fraction
+    tokens = trained * tokens_per_trajectory(w)
     if g.measured and g.measured.model == m.name and g.measured.train_tokens_per_s > 0:
-        return tokens / (g.measured.train_tokens_per_s * dp) + g.measured.train_fixed_s
+        # hexsearch's learner (what a profile measures) runs the prefix all sequences share once per step
+        computed = trained * max(tokens_per_trajectory(w) - w.shared_prefix_tokens, 0.0)
+        return computed / (g.measured.train_tokens_per_s * dp) + g.measured.train_fixed_s
     p = m.params_b * 1e9
     flops = (8 if cfg.recompute_prox else 6) * p * tokens
     n = dp * tp * pp
@@ -199,8 +224,9 @@ def train_options(name: str, g: GpuType, pools: list[NodePool], m: ModelSpec, w:
                 if mem > g.hbm_gb * cfg.memory_fraction:
                     continue
                 dp_gbps = g.intra_node_gbps if n <= gpn else nic
+                fixed = g.measured.train_fixed_s if g.measured and g.measured.model == m.name else 0.0
                 out.append(TrainOption(name, dp, tp, pp, train_step_s(g, m, w, cfg, dp, tp, pp, g.intra_node_gbps,
-                                                                      dp_gbps), mem))
+                                                                      dp_gbps), mem, fixed))
     return _pareto(out)
 
 

@@ -9,7 +9,8 @@ model (`engine.model`), engine settings and learner settings, each thread count 
     prefill: prompt_tokens / (t(1, 1) - t_step(1))
     train:   learner steps of B and B/2 groups (G sequences of `train_tokens` tokens; all share a system
              prefix, a group its prompt) with the configured pi_prox mode and packing, after a warm-up step:
-             t = fixed + tokens / rate through the two medians
+             t = fixed + tokens / rate through the two medians, tokens counted beyond the shared system prefix
+             (the learner computes that prefix once per step, so it sits in `fixed`)
     sync:    wall time of pause + update_weights(the learner's full state, serialised and loaded back as
              it crosses Ray's object store in a run) + resume on an engine
 Each figure is the median of `repeats` measurements.
@@ -71,11 +72,15 @@ def measure_engine(engine_cfg: Any, prompt_tokens: int, batch: int, n1: int = 8,
 
 
 def measure_learner(train_cfg: Any, model: str, groups: int, group_size: int, train_tokens: int, prompt_tokens: int,
-                    shared_prefix: int, repeats: int = 2) -> tuple[float, float, Any]:
+                    shared_prefix: int, repeats: int = 2, policy_tokens: int = 0) -> tuple[float, float, Any]:
     """(training tokens/s, fixed seconds per step, the learner) of one single-threaded learner. Steps of `groups`
     and of `groups // 2` groups of `group_size` sequences of `train_tokens` tokens: all share the first
     `shared_prefix` prompt tokens, a group shares its whole prompt. The two step times give the line
-    t = fixed + tokens / rate (the optimizer step and the step-wide shared prefix cost the same at any size)."""
+    t = fixed + tokens / rate, tokens = sequences x (train_tokens - shared_prefix): the learner runs the
+    step-wide shared prefix once (its stem), so that prefix and the optimizer step cost the same at any size.
+    `policy_tokens` > 0: only that many tokens after the prompt are policy tokens (loss mask 1, half before and half
+    after the tool-result tokens, as in a two-turn episode); the learner computes logits only there, so a workload's
+    share of policy tokens changes its cost per token."""
     import random
 
     import torch
@@ -95,7 +100,7 @@ def measure_learner(train_cfg: Any, model: str, groups: int, group_size: int, tr
             prompt = system + [rng.randrange(100, vocab) for _ in range(prompt_tokens - len(system))]
             for i in range(group_size):
                 gen = [rng.randrange(100, vocab) for _ in range(train_tokens - prompt_tokens)]
-                mask = [0] * prompt_tokens + [1] * len(gen)
+                mask = [0] * prompt_tokens + _policy_mask(len(gen), policy_tokens)
                 out.append(Sample(prompt + gen, mask, [-1.0] * len(mask), [0] * len(mask), (-1.0) ** i))
         return out
 
@@ -115,9 +120,19 @@ def measure_learner(train_cfg: Any, model: str, groups: int, group_size: int, tr
 
     small, large = max(groups // 2, 1), max(groups, 2)
     t_small, t_large = timed(small), timed(large)
-    per_token = max(t_large - t_small, 1e-9) / ((large - small) * group_size * train_tokens)
-    fixed = max(t_large - per_token * large * group_size * train_tokens, 0.0)
+    computed = max(train_tokens - min(shared_prefix, prompt_tokens), 1)  # tokens per sequence beyond the stem
+    per_token = max(t_large - t_small, 1e-9) / ((large - small) * group_size * computed)
+    fixed = max(t_large - per_token * large * group_size * computed, 0.0)
     return 1.0 / per_token, fixed, learner
+
+
+def _policy_mask(n: int, policy: int) -> list[int]:
+    """Loss mask of the n tokens after the prompt: all policy (policy <= 0), else `policy` ones split around the
+    tool-result zeros."""
+    if policy <= 0 or policy >= n:
+        return [1] * n
+    first = policy // 2
+    return [1] * first + [0] * (n - policy) + [1] * (policy - first)
 
 
 def measure_sync(learner: Any, engine_cfg: Any, repeats: int = 3) -> float:
@@ -145,12 +160,13 @@ def measure_sync(learner: Any, engine_cfg: Any, repeats: int = 3) -> float:
         engine.close()
 
 
-def profile_device(cfg: Any, prompt_tokens: int, train_tokens: int, batch: int, shared_prefix: int = 0) -> MeasuredSpeed:
+def profile_device(cfg: Any, prompt_tokens: int, train_tokens: int, batch: int, shared_prefix: int = 0,
+                   policy_tokens: int = 0) -> MeasuredSpeed:
     """The measured speeds of this machine for the configured model (engine, then learner, then weight sync)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     eng = measure_engine(cfg.engine, prompt_tokens, batch)
     train_tps, fixed, learner = measure_learner(cfg.train, cfg.engine.model, cfg.train.batch_size, cfg.train.group_size,
-                                                train_tokens, prompt_tokens, shared_prefix)
+                                                train_tokens, prompt_tokens, shared_prefix, policy_tokens=policy_tokens)
     sync = measure_sync(learner, cfg.engine)
     return MeasuredSpeed(model=cfg.engine.model, decode_base_s=eng["decode_base_s"],
                          decode_per_seq_s=eng["decode_per_seq_s"], prefill_tokens_per_s=eng["prefill_tokens_per_s"],

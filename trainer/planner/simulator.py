@@ -6,7 +6,9 @@ p99 of the workload) and its tool latencies (log-normal, median and p99), and al
 with tool calls; engines of one option form a processor-sharing pool of x_k b_k slots in which every
 active sequence advances one token per t_step(n) seconds, n the active sequences per replica
 (t_step linear between batch 1 and b_k); a turn's prefill is pf b_k / t_step(b_k) extra token-equivalents.
-The trainer takes the B oldest finished groups, trains tau_c seconds, then every engine and the trainer
+The trainer takes the B oldest finished groups, trains tau_c seconds (with dynamic filtering, trained_fraction
+f < 1, each step keeps k ~ Binomial(B, f) groups and trains fixed + (tau_c - fixed) k / (B f) seconds: short
+steps leave generation less time to fill the next batch), then every engine and the trainer
 pause tau_sync for the weight sync and the version advances. A finished group older than eta versions
 when the trainer reaches it is refused (hexsearch's per-sample bound) and counted, not trained.
 """
@@ -90,6 +92,7 @@ def simulate(p: Problem, s: Solution, w: WorkloadSpec, steps: int = 30, seed: in
     pools = [_Pool(p.gen[k], n) for k, n in s.replicas.items()]
     B, G, eta = w.batch_size, w.group_size, w.max_staleness
     tau_train, tau_sync = p.train[s.train].step_s, p.sync_s
+    tau_fixed = min(p.train[s.train].fixed_s, tau_train)
     sig_len = lognormal_sigma(w.response_tokens_mean, w.response_tokens_p99, from_mean=True)
     sig_tool = lognormal_sigma(w.tool_latency_median_s, w.tool_latency_p99_s, from_mean=False)
     mu_len = math.log(max(w.response_tokens_mean, 1e-9)) - sig_len ** 2 / 2
@@ -118,7 +121,8 @@ def simulate(p: Problem, s: Solution, w: WorkloadSpec, steps: int = 30, seed: in
 
     def admit() -> None:
         nonlocal started, running_eps
-        while started < (eta + version + 1) * B and running_eps + G <= max(cap_eps, G):
+        # a refused group leaves `accepted` (trainer/staleness.py), so a replacement may start
+        while started - refused < (eta + version + 1) * B and running_eps + G <= max(cap_eps, G):
             gid = len(groups)
             groups.append([version, G])
             started += 1
@@ -152,7 +156,11 @@ def simulate(p: Problem, s: Solution, w: WorkloadSpec, steps: int = 30, seed: in
         if wait_since is not None and done_steps >= warm:
             idle += now - max(wait_since, t_measure)
         wait_since = None
-        push(now + tau_train, "trained", len(batch))
+        tau = tau_train
+        if 0 < w.trained_fraction < 1:  # dynamic filtering: this step's kept groups set its length
+            kept = rng.binomial(B, w.trained_fraction)
+            tau = tau_fixed + (tau_train - tau_fixed) * kept / (B * w.trained_fraction)
+        push(now + tau, "trained", len(batch))
 
     admit()
     for _ in range(max_events):

@@ -37,7 +37,9 @@ class MeasuredSpeed:
     prefill_tokens_per_s: float = 0.0
     """Prompt tokens per second of prefill."""
     train_tokens_per_s: float = 0.0
-    """Tokens per second of training (forward, backward; pi_prox included as configured)."""
+    """Tokens per second of training (forward, backward; pi_prox included as configured), counted beyond the
+    prefix all sequences of a step share (`shared_prefix_tokens`): the learner computes that prefix once per step,
+    and `train_fixed_s` holds it."""
     train_fixed_s: float = 0.0
     """Seconds of a training step that do not grow with its tokens (optimizer step, the step-wide shared prefix)."""
     max_batch: int = 0
