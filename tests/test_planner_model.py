@@ -101,3 +101,11 @@ def test_a_refused_group_frees_its_admission_slot():
     # a third of the groups are refused here; were their slots never given back, the pipeline would starve after
     # B of them (0.48 samples/s, a tenth of the trainer's 4.9)
     assert sim.throughput > 0.3 * 32 / 6.5
+
+
+def test_profile_gives_synthetic_sequences_the_workloads_policy_tokens():
+    from trainer.planner.profile import _policy_mask
+
+    assert _policy_mask(10, 4) == [1, 1, 0, 0, 0, 0, 0, 0, 1, 1]  # two turns around a tool result
+    assert _policy_mask(5, 0) == [1] * 5 and _policy_mask(5, 9) == [1] * 5
+    assert sum(_policy_mask(100, 17)) == 17
