@@ -4,6 +4,10 @@
 #      checkpoint resumed on 1 and 2 ranks (tests/test_learner_strategies.py on cuda; needs 2 GPUs)
 #   2. a few steps of the quickstart with a managed vLLM engine (started by `hexsearch train` as a Ray actor)
 #      and the FSDP2 learner (2 ranks with 3+ GPUs, else 1 rank sharing the GPU with vLLM)
+#   3. weight pushes without a checkpoint (serving/weight_transfer.py), 3 steps each: LoRA adapters to the
+#      managed vLLM server (train.weight_transfer=adapter); with 2+ GPUs (NCCL refuses two ranks on one GPU)
+#      train.weight_transfer=nccl through vLLM's weight-transfer engine (needs vllm importable by $PY: the
+#      gpu extra) and through SGLang (when $HEXSEARCH_SGLANG_PYTHON names a Python with SGLang)
 # and prints their RESULT lines. Needs `make setup` and vLLM for GPUs in .venv-vllm (scripts/setup_vllm.sh,
 # run here when it is missing). Exit status 2: no GPU on this machine.
 #
@@ -44,3 +48,29 @@ if steps:
     print(f"RESULT gpu_check_steps steps={len(steps)} train_s_median={med:.2f} sync_s_median={sync:.2f} "
           f"logp_mismatch_last={steps[-1].get('train/logp_mismatch', float('nan')):.4f}")
 PY
+
+# 3. weights pushed without a checkpoint: each run must finish its steps (a push that fails stops the run)
+push_check() {  # name, overrides...
+  local name=$1; shift
+  local run=gpu-check-$name-$(date +%Y%m%d-%H%M%S) t0=$(date +%s) ok=0
+  if "$PY" -m hexsearch.cli train configs/quickstart.yaml engine.device=auto train.engine_replicas=1 \
+      train.learner_workers=1 train.steps=3 train.eval_questions=8 train.save_every=0 train.time_budget_min=8 \
+      run.name="$run" "$@" > "/tmp/$run.log" 2>&1 && grep -q "RESULT train" "/tmp/$run.log"; then ok=1; fi
+  echo "RESULT gpu_push_$name passed=$ok seconds=$(( $(date +%s) - t0 )) log=/tmp/$run.log"
+  [ "$ok" = 1 ] || tail -20 "/tmp/$run.log"
+}
+push_check adapter engine.backend=vllm train.lora_rank=16 train.lr=1e-4 train.weight_transfer=adapter
+if [ "$NGPU" -lt 2 ]; then
+  echo "RESULT gpu_push_nccl skipped=one-gpu (NCCL takes one GPU per rank: learner and server need 2)"
+else
+  if "$PY" -c "import vllm.distributed.weight_transfer" 2>/dev/null; then
+    push_check nccl_vllm engine.backend=vllm train.weight_transfer=nccl
+  else
+    echo "RESULT gpu_push_nccl_vllm skipped=no-vllm-in-$PY (pip install 'hexsearch[gpu]')"
+  fi
+  if [ -n "${HEXSEARCH_SGLANG_PYTHON:-}" ]; then
+    push_check nccl_sglang engine.backend=sglang train.weight_transfer=nccl
+  else
+    echo "RESULT gpu_push_nccl_sglang skipped=no-HEXSEARCH_SGLANG_PYTHON"
+  fi
+fi

@@ -193,7 +193,9 @@ class EnginePool:
         await self._fan_out(lambda e: e.resume(), "resume")
 
     async def update_weights(self, source: WeightSource, version: int) -> None:
-        if not is_checkpoint_dir(source):
+        from serving.weight_transfer import Transferred
+
+        if not is_checkpoint_dir(source) and not isinstance(source, Transferred):
             raise TypeError("an engine pool loads weights from a checkpoint folder every server can read, "
                             f"not a {type(source).__name__}")
         self._last_weights = (source, int(version))
@@ -291,6 +293,10 @@ class EnginePool:
         s = self._servers[i]
         try:
             if self._last_weights is not None and s.engine.version != self._version:
+                from serving.weight_transfer import Transferred
+
+                if isinstance(self._last_weights[0], Transferred):  # labelling it would hide its old weights
+                    raise RuntimeError("its weights came over the NCCL group it has left (train.weight_transfer=nccl)")
                 await s.engine.update_weights(*self._last_weights)
             if self._paused and not s.engine.paused:
                 await s.engine.pause("abort")

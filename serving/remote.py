@@ -201,7 +201,17 @@ class RemoteEngine(ABC):
     async def update_weights(self, source: WeightSource, version: int) -> None:
         """Reload weights from a checkpoint folder the server can read, then set the version.
 
-        Pauses (abort) and resumes around the load when the engine is not already paused."""
+        Pauses (abort) and resumes around the load when the engine is not already paused. A `Transferred`
+        source (weights learner rank 0 already sent over NCCL, serving/weight_transfer.py) is only labelled."""
+        from serving.weight_transfer import Transferred
+
+        if isinstance(source, Transferred):
+            self._bind_loop()
+            await self._ensure_connected()
+            async with self._control:
+                await self._label_weights(int(version))
+                self._set_version(int(version))
+            return
         if not is_checkpoint_dir(source):
             raise TypeError(f"{self.url}: a remote engine loads weights from a checkpoint folder, not a "
                             f"{type(source).__name__}; save one first (serving.models.save_untied)")
@@ -441,6 +451,10 @@ class RemoteEngine(ABC):
 
     @abstractmethod
     async def _load_weights(self, path: str, version: int) -> None: ...
+
+    async def _label_weights(self, version: int) -> None:
+        """Dialect hook: weights sent in memory (`Transferred`) become `version` on the server."""
+        raise TypeError(f"{self.url}: {self.backend} servers take no in-memory weight transfer")
 
     @abstractmethod
     async def _server_figures(self, health_body: dict) -> dict[str, Any]:

@@ -86,6 +86,9 @@ class SGLangEngine(RemoteEngine):
         if isinstance(reply, dict) and not reply.get("success", True):
             raise EngineRequestError(self.url, "/update_weights_from_disk", 400, str(reply.get("message")))
 
+    async def _label_weights(self, version: int) -> None:
+        return None  # /update_weights_from_distributed set the version and flushed the cache already
+
     async def init_weights_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
                                  group_name: str) -> None:
         """Join the NCCL weight-update group learner rank 0 hosts (serving/weight_transfer.py)."""

@@ -15,6 +15,8 @@ Wire format (checked against vLLM 0.32, see docs/engines.md):
                POST /update_weight_version {"new_version": "<v>"}     POST /reset_prefix_cache
     adapters   a folder with a LoRA adapter only (serving/weight_transfer.py): POST /v1/load_lora_adapter
                {"lora_name": "policy-v<v>", "lora_path": dir}, the previous one unloaded; generate names it
+    in memory  `Transferred`: learner rank 0 sent the weights (vLLM's weight-transfer engine, NCCL); only
+               /update_weight_version and /reset_prefix_cache follow
     version    GET /weight_info -> {"weight_version": "<v>"}           load  GET /load
     model      GET /v1/models -> data[0].id, data[0].max_model_len
 
@@ -132,6 +134,9 @@ class VLLMEngine(RemoteEngine):
         else:
             await self._request("POST", "/collective_rpc", timeout=self.request_timeout_s,
                                 json={"method": "reload_weights", "kwargs": {"weights_path": path}})
+        await self._label_weights(version)
+
+    async def _label_weights(self, version: int) -> None:
         await self._request("POST", "/update_weight_version", json={"new_version": str(version)}, timeout=60)
         try:
             await self._request("POST", "/reset_prefix_cache", timeout=60)

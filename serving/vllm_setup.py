@@ -200,3 +200,16 @@ def build_launch(model_dir: Path, port: int, *, host: str = "127.0.0.1", served_
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_bind())
     return VLLMLaunch(argv, env, host, port, model_dir, served_model,
                       {"dtype": dtype, "gpu": gpu, "enforce_eager": enforce_eager, "max_model_len": max_model_len})
+
+
+def rl_weight_args(lora_rank: int = 0, weight_transfer: str = "disk") -> tuple[list[str], dict[str, str]]:
+    """Extra arguments and environment of a vLLM server for `train.weight_transfer` (serving/weight_transfer.py):
+    `adapter` needs runtime LoRA loading up to `lora_rank`; `nccl` the weight-transfer engine; `disk` nothing."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    if weight_transfer == "adapter" and lora_rank > 0:
+        args += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    elif weight_transfer == "nccl":
+        args += ["--weight-transfer-config", '{"backend": "nccl"}']
+    return args, env

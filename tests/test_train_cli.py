@@ -25,6 +25,21 @@ def test_bad_choice_is_a_one_line_error(tmp_path):
     assert len(lines) == 1 and "grpo, rloo, drgrpo" in lines[0]
 
 
+def test_nccl_weight_transfer_without_vllm_here_fails_at_startup(tmp_path):
+    """`train.weight_transfer=nccl` with vLLM needs vLLM's trainer side in this Python: one line naming the key,
+    no run folder, never a silent fall back to disk (this environment has no vllm; .venv-vllm is separate)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return  # a GPU install with the gpu extra: the check passes here
+    out = run("train", "configs/quickstart.yaml", "engine.backend=vllm", "engine.urls=[http://127.0.0.1:9]",
+              "train.weight_transfer=nccl", f"run.root={tmp_path}")
+    assert out.returncode == 2
+    lines = [x for x in out.stderr.splitlines() if x.startswith("hexsearch:")]
+    assert len(lines) == 1 and "train.weight_transfer=nccl" in lines[0] and "vllm is not importable" in lines[0]
+    assert not any(tmp_path.iterdir())
+
+
 def test_resume_needs_a_run_folder(tmp_path):
     out = run("train", "--resume", str(tmp_path))
     assert out.returncode == 2 and "not a run folder" in out.stderr

@@ -15,7 +15,7 @@ FilterGroups = Literal["drop", "reject", "none"]
 ProxLogp = Literal["recompute", "loglinear"]
 Packing = Literal["pad", "concat"]
 Strategy = Literal["ddp", "fsdp2"]
-WeightTransfer = Literal["disk", "adapter"]
+WeightTransfer = Literal["disk", "adapter", "nccl"]
 
 
 @dataclass
@@ -162,7 +162,9 @@ class TrainConfig:
     judge backend (every rollout worker reaches it; remote judge backends need no actor)."""
     weight_transfer: WeightTransfer = "disk"
     """How vLLM/SGLang servers get each new version: `disk` (the learner saves the merged model, the servers reload
-    it) or `adapter` (LoRA runs on vLLM: only the adapter is saved and loaded, serving/weight_transfer.py).
+    it), `adapter` (LoRA runs on vLLM: only the adapter is saved and loaded) or `nccl` (learner rank 0 broadcasts
+    the weights to the servers' GPUs: vLLM's weight-transfer engine, which must be importable in the learner's
+    process, or SGLang's distributed update; learners on GPUs; serving/weight_transfer.py).
     Embedded engines always take the weights in memory."""
     weight_sync_timeout_s: float = 600.0
     """Most seconds each weight-sync phase (pause, load, resume) may take on the engines; an engine that does

@@ -32,6 +32,7 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -301,32 +302,40 @@ class Learner:
     # -- weights out -------------------------------------------------------------------------
     @torch.no_grad()
     def export_weights(self, dtype: torch.dtype | None = None, changed_only: bool = True) -> dict[str, torch.Tensor]:
-        """Weights for the inference engines, named as in the plain HF model (LoRA merged in).
+        """Weights for the inference engines, named as in the plain HF model (LoRA merged in), on the CPU. `changed_only`
+        leaves out frozen base weights under LoRA (an in-memory update moves only what moved); a tied head once."""
+        return {k: v.cpu().clone() for k, v in self.engine_weights(dtype, changed_only) if v is not None}
 
-        `changed_only` leaves out weights training never changes (frozen base weights under LoRA),
-        so an in-memory update moves only what moved. A tied lm_head is not sent twice."""
+    def _engine_entries(self, changed_only: bool, untie: bool) -> list[tuple[str, torch.Tensor, Any]]:
+        """(HF name, the tensor or base weight, the LoRA layer to merge or None), without gathering anything."""
         if self.cfg.lora_rank == 0:
-            out = {}
-            for k, v in self.model.state_dict().items():
-                if self.tied and k == "lm_head.weight":
-                    continue
-                v = self.strategy.full(v)  # fsdp2: an all-gather on every rank, one tensor at a time
-                if self.rank == 0 or not self.strategy.sharded:  # the other ranks only took part
-                    out[k] = v.detach().to(dtype or v.dtype).contiguous().cpu().clone()
-            return out
+            entries = [(k, v, None) for k, v in self.model.state_dict().items()]
         else:
             from peft.tuners.lora import LoraLayer
 
-            state = {}
-            for name, module in self.base.named_modules():
-                if isinstance(module, LoraLayer):
-                    w = module.get_base_layer().weight + module.get_delta_weight("default")
-                    state[f"{name}.weight"] = w
-            if not changed_only:
-                full = {k.replace(".base_layer", ""): v for k, v in self.base.state_dict().items() if "lora_" not in k}
-                full.update(state)
-                state = {k: v for k, v in full.items() if not (self.tied and k == "lm_head.weight")}
-        return {k: v.detach().to(dtype or v.dtype).contiguous().cpu().clone() for k, v in state.items()}
+            lora = {f"{n}.weight": m for n, m in self.base.named_modules() if isinstance(m, LoraLayer)}
+            entries = ([(k, m.get_base_layer().weight, m) for k, m in lora.items()] if changed_only else
+                       [(k, v, lora.get(k)) for k, v in ((k.replace(".base_layer", ""), v)
+                                                         for k, v in self.base.state_dict().items() if "lora_" not in k)])
+        if self.tied:
+            entries = [e for e in entries if e[0] != "lm_head.weight"]
+            if untie:  # servers serve an untied copy: its head is the embedding, sent explicitly
+                entries.append(("lm_head.weight", self.base.get_input_embeddings().weight, None))
+        return entries
+
+    def engine_weight_meta(self, dtype: torch.dtype | None = None, untie: bool = False) -> list[tuple[str, Any, tuple]]:
+        """(name, dtype, full shape) of what `engine_weights(dtype, changed_only=False, untie=untie)` yields."""
+        return [(k, dtype or v.dtype, tuple(v.shape)) for k, v, _ in self._engine_entries(False, untie)]
+
+    @torch.no_grad()
+    def engine_weights(self, dtype: torch.dtype | None = None, changed_only: bool = True, untie: bool = False,
+                       device: str | None = None) -> Iterator[tuple[str, torch.Tensor | None]]:
+        """The weights for the engines one tensor at a time (fsdp2: an all-gather each, which every rank runs;
+        ranks other than 0 get None). `untie`: a tied lm_head is sent as a copy of the embeddings."""
+        for k, v, layer in self._engine_entries(changed_only, untie):
+            w = self.strategy.full(v if layer is None else layer.get_base_layer().weight + layer.get_delta_weight("default"))
+            keep = self.rank == 0 or not self.strategy.sharded  # the other fsdp2 ranks only took part in the gather
+            yield k, w.detach().to(device=device, dtype=dtype or w.dtype).contiguous() if keep else None
 
     def save_for_engine(self, path: str, adapter: bool = False) -> str:
         """An HF folder with the merged weights and an untied lm_head (what remote engines reload), or with

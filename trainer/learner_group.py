@@ -93,6 +93,31 @@ class LearnerWorker:
     def save_for_engine(self, path: str, adapter: bool = False) -> str:
         return self.learner.save_for_engine(path, adapter)
 
+    def rendezvous(self) -> tuple[str, int]:
+        """Address and a free port on this node for the weight-update group rank 0 opens with the servers."""
+        import ray
+
+        from serving.launch import free_port
+
+        host = ray.util.get_node_ip_address()
+        return host, free_port("127.0.0.1" if _loopback(host) else host)
+
+    def start_push(self, backend: str, urls: list[str], gpus_per_server: int, master: tuple[str, int],
+                   timeout_s: float) -> None:
+        """Open the `nccl` weight-update group with the servers (serving/weight_transfer.py), once per run."""
+        from serving import weight_transfer
+        from serving.models import torch_dtype
+
+        weight_transfer.check_nccl(backend)  # vLLM's trainer side must import in this process
+        dtype, device = torch_dtype(self.cfg.engine.dtype, "cuda"), self._device()
+        self.push = weight_transfer.start_push(
+            backend, urls, gpus_per_server, rank=self.rank, host=master[0], port=master[1], timeout_s=timeout_s,
+            weights=lambda: self.learner.engine_weights(dtype, changed_only=False, untie=True, device=device),
+            meta=self.learner.engine_weight_meta(dtype, untie=True))
+
+    def push_weights(self, version: int) -> None:
+        self.push.send(version)
+
     def save(self, folder: str) -> None:
         from trainer import learner_state
 
@@ -192,6 +217,17 @@ class LearnerGroup:
     async def save_for_engine(self, path: str, adapter: bool = False) -> str:
         return (await self._call("save_for_engine", [a.save_for_engine.remote(path, adapter)
                                                      for a in self._exporters()]))[0]
+
+    def start_push(self, backend: str, urls: list[str], gpus_per_server: int, timeout_s: float) -> None:
+        """`train.weight_transfer=nccl`: every rank sets up its part of the weight push (rank 0 opens the group)."""
+        import ray
+
+        master = ray.get(self.actors[0].rendezvous.remote())
+        ray.get([a.start_push.remote(backend, urls, gpus_per_server, master, timeout_s) for a in self._exporters()])
+
+    async def push_weights(self, version: int) -> None:
+        """Send the weights to the servers over the group `start_push` opened (every rank: fsdp2 gathers)."""
+        await self._call(f"weight push of v{version}", [a.push_weights.remote(version) for a in self._exporters()])
 
     async def save(self, folder: str) -> None:
         await self._call("checkpoint save", [a.save.remote(folder) for a in self.actors])

@@ -24,10 +24,12 @@ from typing import Any
 class ServerActor:
     """Ray actor body: one inference server process on this actor's node and GPUs."""
 
-    def __init__(self, engine_cfg: Any, name: str, run_path: str, local: bool, lora_rank: int = 0):
+    def __init__(self, engine_cfg: Any, name: str, run_path: str, local: bool, lora_rank: int = 0,
+                 transfer: str = "disk"):
         import ray
 
         self.cfg, self.name, self.run_path, self.lora_rank = engine_cfg, name, run_path, lora_rank
+        self.transfer = transfer
         self.host = "127.0.0.1" if local else ray.util.get_node_ip_address()
         self.server: Any = None
         self.port: int | None = None
@@ -41,13 +43,13 @@ class ServerActor:
         cfg, tp = self.cfg, max(1, self.cfg.tensor_parallel_size)
         if cfg.backend == "vllm":
             extra = ["--tensor-parallel-size", str(tp)] if tp > 1 else []
-            env = {}
+            from serving.vllm_setup import rl_weight_args
+
             share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 1.0))
             if 0 < share < 1:  # a GPU shared with a learner: vLLM takes its part of the memory only
                 extra += ["--gpu-memory-utilization", f"{0.85 * share:.2f}"]
-            if self.lora_rank:  # LoRA runs push adapters (serving/weight_transfer.py)
-                extra += ["--enable-lora", "--max-lora-rank", str(self.lora_rank)]
-                env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+            args, env = rl_weight_args(self.lora_rank, self.transfer)  # adapters or NCCL (serving/weight_transfer.py)
+            extra += args
             self.server = launch.start_vllm_server(cfg.model, run=self.run_path, host=self.host, port=self.port,
                                                    max_model_len=cfg.max_model_len, kv_cache_gb=cfg.kv_cache_gb,
                                                    dtype=cfg.dtype, extra_args=extra, name=self.name, env=env)
@@ -112,8 +114,7 @@ class ManagedServers:
                                f"{gpus:g} GPU(s) (engine.tensor_parallel_size) but the Ray cluster has "
                                f"{ray.cluster_resources().get('GPU', 0.0):g} GPUs; give engine.urls of running servers")
         actor = ray.remote(ServerActor).options(num_cpus=0, num_gpus=gpus, max_restarts=0)
-        lora = t.lora_rank if t.weight_transfer == "adapter" else 0
-        actors = [actor.remote(cfg.engine, f"{backend}-{i}", run_path, not t.ray_address, lora)
+        actors = [actor.remote(cfg.engine, f"{backend}-{i}", run_path, not t.ray_address, t.lora_rank, t.weight_transfer)
                   for i in range(t.engine_replicas)]
         try:
             urls = ray.get([a.start.remote() for a in actors])
@@ -143,6 +144,10 @@ class ManagedServers:
             if self.restarts >= self.max_restarts:
                 raise RuntimeError(f"managed inference server {i} died and its restarts are spent "
                                    f"(train.engine_max_restarts={self.max_restarts})")
+            if getattr(sync, "nccl", False):
+                raise RuntimeError(f"managed inference server {i} died; with train.weight_transfer=nccl a new server "
+                                   "cannot join the running weight-update group (use train.weight_transfer=disk to "
+                                   "have servers restarted)")
             self.restarts += 1
             async with sync.lock:  # never interleaves with a weight push
                 version, source = sync.current

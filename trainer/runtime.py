@@ -76,6 +76,10 @@ class Runtime:
         cfg, t = self.cfg, self.train_cfg
         embedded = cfg.engine.backend == "embedded"
         judge_actor = cfg.agent.reward_fn == "judge" and cfg.agent.judge.backend == "embedded"
+        if t.weight_transfer == "nccl":  # before anything starts: vLLM's trainer side must import here
+            from serving.weight_transfer import check_nccl
+
+            check_nccl(cfg.engine.backend)
         init_ray(t, embedded, judge_actor)
         import ray
 
@@ -84,6 +88,10 @@ class Runtime:
                       tp=max(1, cfg.engine.tensor_parallel_size) if managed else 1)
         cfg = self.cfg = replace(cfg, train=t)
         self.train_cfg = t
+        if t.weight_transfer == "nccl":
+            from serving.weight_transfer import check_nccl
+
+            check_nccl(cfg.engine.backend, t.learner_resources.num_gpus)
         train_items, self.dev_items, world = load_questions(cfg)
         if ("search" in cfg.tools.builtin and cfg.tools.search_backend == "local" and not cfg.tools.index_dir
                 and world is not None):
@@ -127,9 +135,13 @@ class Runtime:
             group_size=t.group_size, filter_groups=t.filter_groups, seed=cfg.run.seed,
             ledger=self.run.path / "rollouts.jsonl", max_worker_losses=t.worker_max_restarts + 1,
             max_question_attempts=t.max_question_attempts, max_consecutive_failures=t.max_consecutive_failures)
+        if t.weight_transfer == "nccl":  # once: learner rank 0 and every server GPU form the weight-update group
+            self.learners.start_push(cfg.engine.backend, list(cfg.engine.urls),
+                                     max(1, cfg.engine.tensor_parallel_size), t.weight_sync_timeout_s)
         self.sync = WeightSync(self.engines, self.learners, in_memory=embedded,
                                folder=self.run.path / "weights", pause_mode="abort",
-                               timeout_s=t.weight_sync_timeout_s, adapter=t.weight_transfer == "adapter")
+                               timeout_s=t.weight_sync_timeout_s, adapter=t.weight_transfer == "adapter",
+                               nccl=t.weight_transfer == "nccl")
         from trainer.engine_watch import EngineSupervisor
 
         self.supervisor = EngineSupervisor(handles, self.sync, interval_s=t.engine_health_interval_s,

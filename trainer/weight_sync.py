@@ -8,7 +8,9 @@
                            engine actor: learner -> object store -> engine)
          remote engines:   from a folder the learner saved (`serving.models.save_untied`), which
                            vLLM/SGLang reload from disk; with `adapter` (LoRA on vLLM) a folder with
-                           the adapter only, which vLLM loads as a new LoRA (serving/weight_transfer.py)
+                           the adapter only, which vLLM loads as a new LoRA; with `nccl` learner rank 0
+                           broadcasts the tensors to the servers' GPUs, then the engine clients label
+                           them with the version (`Transferred`; serving/weight_transfer.py)
     3. every engine resumes (also when the update failed, so generation never stays frozen)
 
 The admission of new groups pauses around the swap, as in AReaL, so no episode starts on an engine
@@ -31,18 +33,26 @@ class WeightSync:
     """Pushes the learner's weights to the engines (see module docstring)."""
 
     def __init__(self, engines: list[Any], learners: Any, *, in_memory: bool, folder: str | Path | None = None,
-                 pause_mode: str = "abort", keep_folders: int = 2, timeout_s: float = 600.0, adapter: bool = False):
+                 pause_mode: str = "abort", keep_folders: int = 2, timeout_s: float = 600.0, adapter: bool = False,
+                 nccl: bool = False):
         self.engines, self.learners, self.in_memory, self.adapter = engines, learners, in_memory, adapter
+        self.nccl = nccl
+        """Remote servers take the weights from learner rank 0 over NCCL (`learners.push_weights`), while paused."""
         self.timeout_s = timeout_s
         self.folder = Path(folder) if folder else None
         self.pause_mode, self.keep_folders = pause_mode, keep_folders
         self.lock = asyncio.Lock()
         self.current: tuple[int, Any] = (0, None)  # version 0: the base weights every engine starts from
-        if not in_memory and self.folder is None:
+        if not in_memory and not nccl and self.folder is None:
             raise ValueError("remote engines reload weights from disk: WeightSync needs a folder")
 
     async def source(self, version: int) -> Any:
-        """What the engines load: an ObjectRef (in memory) or a saved HF folder path."""
+        """What the engines load: an ObjectRef (in memory), a saved HF folder path, or (nccl) the label of
+        weights rank 0 sends while the engines are paused."""
+        if self.nccl:
+            from serving.weight_transfer import Transferred
+
+            return Transferred(version)
         if self.in_memory:
             return self.learners.export_ref()
         assert self.folder is not None
@@ -62,6 +72,8 @@ class WeightSync:
             self.current = (version, src)
             try:
                 await self._all("pause", lambda e: e.pause(self.pause_mode))
+                if self.nccl:
+                    await self.learners.push_weights(version)
                 await self._all(f"update_weights to v{version}", lambda e: e.update_weights(src, version))
             finally:
                 await self._all("resume", lambda e: e.resume())

@@ -38,6 +38,10 @@ def register(serve_app: typer.Typer) -> None:
         run_name: str = typer.Option("", "--run-name", help="Run folder name (default serve-vllm-<time>)."),
         startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="Seconds to wait for /health."),
         setup_only: bool = typer.Option(False, "--setup-only", help="Only set up .venv-vllm and the model."),
+        lora_rank: int = typer.Option(0, "--lora-rank", help="Load LoRA adapters up to this rank at runtime "
+                                      "(for train.weight_transfer=adapter; 0: off)."),
+        nccl: bool = typer.Option(False, "--nccl-weight-transfer",
+                                  help="Enable vLLM's NCCL weight-transfer engine (train.weight_transfer=nccl; GPUs)."),
     ) -> None:
         from core.progress import console
         from core.rundir import RunDir
@@ -56,17 +60,21 @@ def register(serve_app: typer.Typer) -> None:
         if setup_only:
             console().print(f"vLLM ready: {python} serves {model_dir}")
             return
+        transfer = "nccl" if nccl else "adapter" if lora_rank > 0 else "disk"
+        rl_args, rl_env = vllm_setup.rl_weight_args(lora_rank, transfer)
         run = RunDir.create(run_root, run_name or None, kind="serve-vllm")
         try:
             server = start_vllm_server(model, run=run, host=host, port=port or None, served_model=served_model_name,
                                        dtype=dtype, max_model_len=max_model_len, kv_cache_gb=kv_cache_gb,
                                        enforce_eager=(not gpu) if eager is None else eager,
-                                       timeout_s=startup_timeout)
+                                       timeout_s=startup_timeout, extra_args=rl_args, env=rl_env)
         except (ServerStartError, vllm_setup.VLLMSetupError) as e:
             raise UserError(f"vLLM did not start: {e}") from e
         console().print(f"vLLM ({'GPU' if gpu else 'CPU'}) serving '{served_model_name}' on {server.url}  "
                         f"log: {server.log_path}  run: {run.path}")
-        console().print(f"use it with: engine.backend=vllm engine.model={model} engine.urls=[{server.url}]")
+        hint = {"adapter": f" train.lora_rank={lora_rank} train.weight_transfer=adapter",
+                "nccl": " train.weight_transfer=nccl"}.get(transfer, "")
+        console().print(f"use it with: engine.backend=vllm engine.model={model} engine.urls=[{server.url}]{hint}")
 
         def _stop(*_):
             raise KeyboardInterrupt

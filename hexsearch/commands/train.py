@@ -65,6 +65,13 @@ def _check(cfg) -> None:
         StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
     except ValueError as e:
         raise UserError(f"train: {e}") from e
+    if t.weight_transfer == "nccl":  # vLLM's trainer side must import in this (the learners') Python
+        from serving.weight_transfer import check_nccl
+
+        try:
+            check_nccl(cfg.engine.backend)
+        except (ValueError, RuntimeError) as e:
+            raise UserError(str(e)) from None
     for key, path in (("train.data", t.data), ("train.dev_data", t.dev_data if not t.eval_suite else "")):
         if path:
             try:
