@@ -1,8 +1,9 @@
 """Retrieval service throughput: our cross-request batched service vs Search-R1's and ASearcher's server designs.
 
 Every server loads the same index folder (a FAISS flat index over a generated world), the same encoder
-(tools/encoder.py, the packaged MiniLM, fp32), the same document store, and uses as many torch/FAISS
-threads in all as ours (one per core); each runs in its own process while the others are down.
+(tools/encoder.py, the packaged MiniLM, at the same precision: fp32, or `--encoder-dtype bfloat16` for all),
+the same document store, and uses as many torch/FAISS threads in all as ours (one per core); each runs in
+its own process while the others are down. The reference servers are in benchmarks/_retrieval_refs.py.
 
 - `ours`: serving/retrieval_server.py as `hexsearch serve retrieval` runs it: worker processes (one
   per core, single-threaded), cross-request batching (max_batch 64, max_wait 2 ms).
@@ -32,15 +33,21 @@ The load generator is one asyncio process with plain keep-alive HTTP/1.1 connect
 time (time.process_time) is reported per phase as a share of one core (`client_cpu`), beside the
 CPU the server's process tree used (`server_cores`), so that a client that measures itself shows.
 
+The ceiling: before each round, the encoder and FAISS alone (no HTTP, no server) encode and search the
+c=64 phase's queries in batches of 64, one single-threaded process per core (`_retrieval_refs.encoder_ceiling`).
+No server design answers the c=64 phase faster at that precision on this machine; `of_ceiling` is ours
+over it, `ceiling_ratio` the ceiling over the Search-R1-style reference (the most any server could show).
+
 Rounds alternate the servers' order (forward, then reversed, ...); ratios are taken per round and
 reported as the median with min and max over rounds.
 
     .venv/bin/python benchmarks/retrieval_service.py [--rounds 3] [--requests 1024] [--clients 64]
-        [--servers ours,search-r1,asearcher,ours-nobatch,ours-thread]
+        [--servers ours,search-r1,asearcher,ours-nobatch,ours-thread] [--encoder-dtype float32|bfloat16]
 
 Prints `RESULT retrieval_service ratio=<ours / search-r1 QPS at c=64> c1_ratio=... batch64_ratio=...
-vs_asearcher=... batching_gain=... process_gain=... identical_topk=... client_cpu=...` (each as its
-median, followed by `<key>_range=<min>-<max>`) and writes benchmarks/results/retrieval_service.json.
+vs_asearcher=... batching_gain=... process_gain=... of_ceiling=... ceiling_ratio=... identical_topk=...
+client_cpu=...` (each as its median, followed by `<key>_range=<min>-<max>`) and writes
+benchmarks/results/retrieval_service.json (`RESULT retrieval_service_bf16` and its own record with bfloat16).
 """
 
 import argparse
@@ -50,7 +57,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -59,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import kv, spread, write_result  # noqa: E402
+from _retrieval_refs import asearcher_app, encoder_ceiling, search_r1_app  # noqa: E402
 
 SERVERS: dict[str, dict] = {
     "ours": {},
@@ -74,92 +81,15 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-# -- the reference servers --------------------------------------------------------------------------
-
-def _load(index_dir: str, threads: int):
-    """What both references load: the index, our encoder (fp32) and document store, `threads` threads."""
-    import faiss
-
-    from tools.docstore import DocStore
-    from tools.encoder import Encoder
-    from tools.index import read_meta
-
-    faiss.omp_set_num_threads(threads)
-    encoder = Encoder(threads=threads, **read_meta(index_dir)["encoder"])
-    index = faiss.read_index(str(Path(index_dir) / "index.faiss"))
-    encoder.encode(["warm up"])
-    return encoder, index, DocStore(Path(index_dir) / "docs.sqlite")
-
-
-def _stats_stub(app) -> None:
-    @app.get("/stats")
-    async def stats():
-        return {"query_cache": {"hits": 0}, "batching": {"batches": 0, "queries": 0}}
-
-
-def search_r1_app(index_dir: str, threads: int):
-    """Search-R1's server design: a synchronous endpoint (FastAPI runs it on the anyio thread pool),
-    one batch search per request (encode the request's queries, search, fetch), a dict response."""
-    from fastapi import FastAPI
-
-    from serving.retrieval_server import QueryRequest  # the same request schema (Search-R1's)
-
-    encoder, index, docs = _load(index_dir, threads)
-
-    def batch_search(queries: list[str], k: int) -> tuple[list[list[dict]], list[list[float]]]:
-        emb = encoder.encode(queries, kind="query")
-        scores, ids = index.search(emb, k)
-        found = docs.get_many(int(i) for i in ids.ravel() if i >= 0)
-        results = [[found[int(i)] for i in row if i >= 0] for row in ids.tolist()]
-        return results, scores.tolist()
-
-    app = FastAPI()
-
-    @app.post("/retrieve")
-    def retrieve(req: QueryRequest):  # plain def: runs on Starlette's thread pool, many at once
-        results, scores = batch_search(req.queries, req.topk or 3)
-        if not req.return_scores:
-            return {"result": results}
-        return {"result": [[{"document": d, "score": s} for d, s in zip(row, srow, strict=False)]
-                           for row, srow in zip(results, scores, strict=True)]}
-
-    _stats_stub(app)
-    return app
-
-
-def asearcher_app(index_dir: str, threads: int):
-    """ASearcher's local retrieval server design: an `async def` handler under a global lock."""
-    from fastapi import FastAPI
-
-    from serving.retrieval_server import QueryRequest
-
-    encoder, index, docs = _load(index_dir, threads)
-    lock = threading.Lock()
-    app = FastAPI()
-
-    @app.post("/retrieve")
-    async def retrieve(req: QueryRequest):
-        with lock:  # blocks the event loop while it works, like the peer
-            emb = encoder.encode(req.queries, kind="query")
-            scores, ids = index.search(emb, req.topk or 3)
-            found = docs.get_many(int(i) for i in ids.ravel() if i >= 0)
-            result = [[{"document": found[int(i)], "score": float(s)} if req.return_scores else found[int(i)]
-                       for s, i in zip(srow, irow, strict=True) if i >= 0] for srow, irow in zip(scores, ids, strict=True)]
-        return {"result": result}
-
-    _stats_stub(app)
-    return app
-
-
-def serve(name: str, index_dir: str, addr_file: str, max_wait_ms: float) -> None:
+def serve(name: str, index_dir: str, addr_file: str, max_wait_ms: float, dtype: str) -> None:
     from serving.retrieval_server import ServerThread, create_app
 
     if name == "search-r1":
-        app = search_r1_app(index_dir, cores())
+        app = search_r1_app(index_dir, cores(), dtype)
     elif name == "asearcher":
-        app = asearcher_app(index_dir, cores())
+        app = asearcher_app(index_dir, cores(), dtype)
     else:
-        opts = {"max_batch": 64, "max_wait_ms": max_wait_ms, **SERVERS[name]}
+        opts = {"max_batch": 64, "max_wait_ms": max_wait_ms, "encoder_dtype": dtype, **SERVERS[name]}
         if opts.get("worker") == "thread":
             opts["threads"] = cores()  # one encoder in this process: give it every core
         app = create_app(index_dir, **opts)
@@ -278,7 +208,7 @@ def run_server(name: str, args, index_dir: Path, work: dict[str, list[list[tuple
     addr = Path(args.out).with_suffix(f".{name}.addr")
     addr.unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, __file__, "--serve", name, "--index", str(index_dir), "--addr-file",
-                             str(addr), "--max-wait-ms", str(args.max_wait_ms)],
+                             str(addr), "--max-wait-ms", str(args.max_wait_ms), "--encoder-dtype", args.encoder_dtype],
                             env=dict(os.environ, HEXSEARCH_QUIET="1"))
     try:
         while not addr.exists():
@@ -356,14 +286,18 @@ def main() -> None:
     ap.add_argument("--entities", type=int, default=400)
     ap.add_argument("--warmup", type=int, default=64)
     ap.add_argument("--max-wait-ms", type=float, default=2.0)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "retrieval_service.json"))
+    ap.add_argument("--encoder-dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="every server's encoder precision (bfloat16: the record is retrieval_service_bf16)")
+    ap.add_argument("--out", default="", help="JSON record (default: benchmarks/results/<name>.json)")
     ap.add_argument("--serve", choices=list(SERVERS), help=argparse.SUPPRESS)
     ap.add_argument("--index", help=argparse.SUPPRESS)
     ap.add_argument("--addr-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve, args.index, args.addr_file, args.max_wait_ms)
+        serve(args.serve, args.index, args.addr_file, args.max_wait_ms, args.encoder_dtype)
         return
+    name = "retrieval_service" + ("" if args.encoder_dtype == "float32" else "_bf16")
+    args.out = args.out or str(ROOT / "benchmarks" / "results" / f"{name}.json")
     names = [s for s in args.servers.split(",") if s]
     if unknown := set(names) - set(SERVERS):
         raise SystemExit(f"unknown servers {sorted(unknown)}")
@@ -378,11 +312,16 @@ def main() -> None:
           f"top-{args.topk}; {cores()} cores", file=sys.stderr)
     t_start = time.perf_counter()
     runs: dict[str, list[dict]] = {n: [] for n in names}
+    ceilings: list[float] = []
+    c64_queries = [q for req in work["c64"] for _, q in req]
     for r in range(args.rounds):  # alternate the order so drifting background load favours no server
-        for name in (names if r % 2 == 0 else names[::-1]):
-            res = run_server(name, args, index_dir, work)
-            runs[name].append(res)
-            print(f"round {r} {name:12s} " + "  ".join(
+        ceilings.append(encoder_ceiling(str(index_dir), c64_queries, cores(), args.encoder_dtype))
+        print(f"round {r} ceiling      c64 {ceilings[-1]:6.1f} q/s (encoder + FAISS alone, {cores()} processes, "
+              f"batches of 64, no HTTP)", file=sys.stderr, flush=True)
+        for server in (names if r % 2 == 0 else names[::-1]):
+            res = run_server(server, args, index_dir, work)
+            runs[server].append(res)
+            print(f"round {r} {server:12s} " + "  ".join(
                 f"{p} {res[p]['qps']:6.1f} q/s (p50 {res[p]['p50_ms']:.0f} ms, batch "
                 f"{res[p]['mean_batch_size'] or 0:.1f}, client {100 * res[p]['client_cpu']:.0f}%, server "
                 f"{res[p]['server_cores']:.2f} cores)" for p in PHASES) + f"  load {os.getloadavg()[0]:.1f}",
@@ -395,21 +334,25 @@ def main() -> None:
         return spread([x[phase]["qps"] for x in runs[name]])
 
     checks: dict[str, dict[str, int]] = {}
-    for name in [n for n in names if n != "ours"]:
+    for other in [n for n in names if n != "ours"]:
         total = {"identical": 0, "tie_swaps": 0, "mismatched": 0, "checked": 0}
-        for mine, theirs in zip(runs["ours"], runs[name], strict=True):
+        for mine, theirs in zip(runs["ours"], runs[other], strict=True):
             for phase in PHASES:
                 for key, value in compare(mine[phase]["results"], theirs[phase]["results"]).items():
                     total[key] += value
-        checks[name] = total
+        checks[other] = total
         if total["mismatched"]:
-            print(f"WARNING: {name}: {total['mismatched']} queries got different top-{args.topk} ids than ours",
+            print(f"WARNING: {other}: {total['mismatched']} queries got different top-{args.topk} ids than ours",
                   file=sys.stderr)
     headline: dict = {f"{n}_{p}_qps": qps(n, p) for n in names for p in PHASES}
     headline["client_cpu_c64"] = spread([x["c64"]["client_cpu"] for n in names for x in runs[n]])
     headline["cache_hits"] = sum(x[p]["query_cache_hits"] for n in names for x in runs[n] for p in PHASES)
+    headline["ceiling_c64_qps"] = spread(ceilings)
+    headline["of_ceiling"] = spread([x["c64"]["qps"] / c for x, c in zip(runs["ours"], ceilings, strict=True)])
     parts = []
     if "search-r1" in names:
+        headline["ceiling_ratio"] = spread([c / x["c64"]["qps"] for x, c in zip(runs["search-r1"], ceilings,
+                                                                                 strict=True)])
         for key, phase in (("ratio", "c64"), ("c1_ratio", "c1"), ("batch64_ratio", "batch64")):
             headline[key] = per_round("ours", "search-r1", phase)
         parts += [kv('ratio', headline['ratio']), kv('c1_ratio', headline['c1_ratio']),
@@ -428,18 +371,23 @@ def main() -> None:
     if ref:
         c = checks[ref]
         parts.append(f"identical_topk={c['identical']}/{c['checked']} ties={c['tie_swaps']}")
-    parts += [kv('client_cpu', headline['client_cpu_c64']), f"cache_hits={headline['cache_hits']}",
+    parts.append(kv("of_ceiling", headline["of_ceiling"]))
+    if "ceiling_ratio" in headline:
+        parts.append(kv("ceiling_ratio", headline["ceiling_ratio"]))
+    parts += [f"ceiling_qps={headline['ceiling_c64_qps']['median']:.1f}", f"encoder_dtype={args.encoder_dtype}",
+              kv('client_cpu', headline['client_cpu_c64']), f"cache_hits={headline['cache_hits']}",
               f"rounds={args.rounds}"]
-    line = "RESULT retrieval_service " + " ".join(parts)
+    line = f"RESULT {name} " + " ".join(parts)
     details = {"servers": names, "rounds": args.rounds, "clients": args.clients, "topk": args.topk,
                "requests": {p: len(work[p]) for p in PHASES}, "batch_size": args.batch_size,
                "entities": args.entities, "index": str(index_dir), "threads_in_all": cores(),
-               "max_wait_ms": args.max_wait_ms, "topk_check": checks, "wall_s": time.perf_counter() - t_start,
+               "max_wait_ms": args.max_wait_ms, "encoder_dtype": args.encoder_dtype, "ceilings_c64_qps": ceilings,
+               "topk_check": checks, "wall_s": time.perf_counter() - t_start,
                "load_avg_end": os.getloadavg(),
                "runs": {n: [{p: {k: v for k, v in x[p].items() if k != "results"} for p in PHASES} for x in runs[n]]
                         for n in names},
                "note": "2-core machine shared with other jobs: figures are noisy"}
-    write_result("retrieval_service", line, headline, details, args.out)
+    write_result(name, line, headline, details, args.out)
     print(line)
 
 

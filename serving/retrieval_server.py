@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.base import percentiles
 from tools.batcher import RetrievalBatcher
 from tools.docstore import PageStore
+from tools.encoder import resolve_encoder_dtype
 from tools.index import read_meta
 from tools.retriever import Retriever
 from tools.runners import ProcessRunner, ThreadRunner, default_workers
@@ -149,11 +150,13 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
     `source` is an index folder — loaded by `workers` worker processes (`worker="process"`, the
     default; 0 workers: one per core, at most 4) or in this process on a worker thread
     (`worker="thread"`) — or an already-loaded Retriever (thread).
-    `retriever_kwargs` (threads, query_cache_size, ...) go to the Retriever the worker builds.
+    `retriever_kwargs` (threads, query_cache_size, encoder_dtype, ...) go to the Retriever the worker builds.
     """
+    encoder_dtype = str(retriever_kwargs.get("encoder_dtype", "float32"))
+    resolve_encoder_dtype(encoder_dtype)  # a bad name fails here, with the valid ones, not in a worker
     if isinstance(source, Retriever):
         runner: Any = ThreadRunner(source)
-        index_dir, pages = source.index_dir, source.pages
+        index_dir, pages, encoder_dtype = source.index_dir, source.pages, source.encoder.dtype
     else:
         index_dir = Path(source)
         read_meta(index_dir)  # fail here, with a clear message, not in the worker
@@ -213,7 +216,7 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "docs": meta["count"], "dim": meta["dim"], "index_type": meta["index_type"],
-                "encoder": meta["encoder"]["spec"], "pages": pages is not None}
+                "encoder": meta["encoder"]["spec"], "encoder_dtype": encoder_dtype, "pages": pages is not None}
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
@@ -222,6 +225,7 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
                 "retrieve": latency.summary("retrieve"), "access": latency.summary("access"),
                 "batching": batcher.stats(), "query_cache": r.get("query_cache", {}),
                 "time_s": {k: r.get(k, 0.0) for k in ("encode_s", "search_s", "fetch_s")},
+                "batches_by_threads": r.get("batches_by_threads", {}),
                 "max_batch": batcher.max_batch, "max_wait_ms": batcher.max_wait_s * 1000,
                 "worker": type(runner).__name__}
 
@@ -273,13 +277,14 @@ class ServerThread:
 
 def run_retrieval_server(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000, default_topk: int = 3,
                          max_batch: int = 64, max_wait_ms: float = 2.0, threads: int = 0, worker: str = "process",
-                         workers: int = 0, query_cache_size: int = 10_000, addr_file: str | Path | None = None,
-                         on_ready: Any = None) -> None:
+                         workers: int = 0, query_cache_size: int = 10_000, encoder_dtype: str = "float32",
+                         addr_file: str | Path | None = None, on_ready: Any = None) -> None:
     """Serve an index until interrupted; writes `host:port` to `addr_file` once listening and warm."""
     import uvicorn
 
     app = create_app(index_dir, default_topk=default_topk, max_batch=max_batch, max_wait_ms=max_wait_ms,
-                     worker=worker, workers=workers, threads=threads, query_cache_size=query_cache_size)
+                     worker=worker, workers=workers, threads=threads, query_cache_size=query_cache_size,
+                     encoder_dtype=encoder_dtype)
     sock = listen_socket(host, port)
     bound = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False))

@@ -123,12 +123,24 @@ def test_concurrent_clients_are_batched_and_correct(service, retriever, qs):
     assert after["batching"]["peak_in_flight"] == 2  # both encoder processes had a batch at once
     looked_up = {k: after["query_cache"][k] - before["query_cache"][k] for k in ("hits", "misses")}
     assert looked_up["hits"] + looked_up["misses"] == 64  # counted once each, summed over both workers
+    # batches that ran beside another got one core's thread each
+    assert after["batches_by_threads"].get("1", 0) > before["batches_by_threads"].get("1", 0)
+
+
+def test_a_lone_request_gets_every_core(service, qs):
+    """With the other worker idle, a batch runs with one thread per core, not one core's share."""
+    cores = len(os.sched_getaffinity(0))
+    before = httpx.get(service.url + "/stats").json()["batches_by_threads"]
+    for q in qs[64:67]:  # one at a time: nothing else is in flight
+        assert post(service, "/retrieve", {"queries": [q]}).status_code == 200
+    after = httpx.get(service.url + "/stats").json()["batches_by_threads"]
+    assert after.get(str(cores), 0) - before.get(str(cores), 0) == 3
 
 
 def test_health_and_stats(service, retriever):
     health = httpx.get(service.url + "/health").json()
     assert health == {"status": "ok", "docs": retriever.size, "dim": 384, "index_type": "flat",
-                      "encoder": "minilm", "pages": True}
+                      "encoder": "minilm", "encoder_dtype": "float32", "pages": True}
     post(service, "/retrieve", {"queries": ["repeat me"] * 2})
     for _ in range(4):  # each worker process has its own cache: one of them sees the query again
         post(service, "/retrieve", {"queries": ["repeat me"]})
@@ -284,3 +296,15 @@ def test_accepted_connections_have_tcp_nodelay(service, qs):
         for conn in conns:
             sock = conn.transport.get_extra_info("socket")
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_bf16_encoder_agrees_with_fp32_and_a_bad_dtype_is_refused(world, retriever, qs):
+    """bfloat16 (the CPU's half precision) finds what fp32 finds; an unknown dtype names the valid ones."""
+    half = Retriever(world[1], encoder_dtype="bfloat16")
+    assert half.encoder.dtype == "bfloat16"
+    a, b = retriever.encode_queries(qs[:40]), half.encode_queries(qs[:40])
+    assert a.dtype == b.dtype == "float32" and (a * b).sum(1).min() > 0.99  # unit vectors, nearly parallel
+    same_top1 = sum(x[0].rowid == y[0].rowid for x, y in zip(retriever.search(qs[:40], 3), half.search(qs[:40], 3), strict=True))
+    assert same_top1 >= 38
+    with pytest.raises(ValueError, match="float32, bfloat16 or auto"):
+        create_app(world[1], encoder_dtype="float64")

@@ -94,16 +94,18 @@ class RetrievalBatcher:
         workers = getattr(self.runner, "parallelism", 1)
         free = asyncio.Semaphore(workers)
         running: set[asyncio.Task] = set()
+        split = False  # the last batch was one share of a burst cut for several idle workers
         while True:
             await free.acquire()
             await self._arrived.wait()
-            if len(self._pending) < self.max_batch and self.max_wait_s > 0 and self.in_flight:
+            if len(self._pending) < self.max_batch and self.max_wait_s > 0 and self.in_flight and not split:
                 try:
                     await asyncio.wait_for(self._full.wait(), self.max_wait_s)
                 except TimeoutError:
                     pass
             idle = workers - self.in_flight  # this worker and the others free now (>= 1: we hold a slot)
             take = min(self.max_batch, -(-len(self._pending) // idle))
+            split = idle > 1 and take < len(self._pending)  # the other shares go at once, together
             batch = [it for it in self._pending[:take] if not it.future.done()]
             del self._pending[:take]
             if not self._pending:

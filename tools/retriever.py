@@ -69,8 +69,9 @@ class Retriever:
 
     def __init__(self, index_dir: str | Path, *, threads: int = 0, query_cache_size: int = 10_000,
                  nprobe: int | None = None, ef_search: int | None = None, mmap: bool = False,
-                 batch_size: int = 64, encoder: Any = None):
-        """`encoder`: an already-loaded Encoder to share; its settings must match the index's."""
+                 batch_size: int = 64, encoder: Any = None, encoder_dtype: str = "float32"):
+        """`encoder`: an already-loaded Encoder to share; its settings must match the index's.
+        `encoder_dtype`: float32, bfloat16 or auto (tools/encoder.py says what bf16 costs and gains)."""
         import faiss
 
         from tools.encoder import Encoder
@@ -87,7 +88,7 @@ class Retriever:
         if hasattr(self.index, "hnsw"):
             self.index.hnsw.efSearch = ef_search or params.get("ef_search", 128)
         if encoder is None:
-            encoder = Encoder(threads=threads, batch_size=batch_size, **self.meta["encoder"])
+            encoder = Encoder(threads=threads, batch_size=batch_size, dtype=encoder_dtype, **self.meta["encoder"])
         elif encoder.describe() != self.meta["encoder"]:
             raise ValueError(f"encoder {encoder.describe()} does not match the index's {self.meta['encoder']}")
         self.encoder = encoder
