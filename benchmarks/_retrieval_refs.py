@@ -87,13 +87,9 @@ def asearcher_app(index_dir: str, threads: int, dtype: str = "float32"):
 
 
 def _ceiling_worker(index_dir: str, queries: list[str], dtype: str, batch: int, start, out) -> None:
-    """One core's share: load, wait for the others, then encode + search `queries` in batches of `batch`."""
-    import faiss
-    import torch
-
-    torch.set_num_threads(1)
+    """One core's share: load (one torch and FAISS thread), wait for the others, then encode + search
+    `queries` in batches of `batch`."""
     encoder, index, _ = _load(index_dir, 1, dtype)
-    faiss.omp_set_num_threads(1)
     start.wait()
     t0 = time.perf_counter()
     for i in range(0, len(queries), batch):

@@ -19,6 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from core.hardware import cpu_has_fast_bf16
+
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
 ALIASES = (SMOLLM2, TINY_RANDOM)
@@ -134,11 +136,7 @@ def default_dtype(device: str = "cpu"):
 
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        flags = ""
-    return torch.bfloat16 if ("avx512_bf16" in flags or "amx_bf16" in flags) else torch.float32
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
 
 
 def torch_dtype(name: str, device: str = "cpu"):

