@@ -2,8 +2,8 @@
 and a real run on this machine.
 
 1. Scenarios (AReaL-Hex's): 1.5B, 7B, 14B models (configs/planner/models/), the math-reasoning workload,
-   a pool of compute-rich H800 and bandwidth-rich H20 with the budget of N H800 (N = 64 and 1,024;
-   configs/planner/clusters/h800-h20-pool*.yaml). The baseline is the best plan on one GPU type only
+   a pool of compute-rich H800 and bandwidth-rich H20 with AReaL-Hex's device figures, prices and links and the
+   budget of N H800 (N = 64 and 1,024; configs/planner/clusters/h800-h20-pool*.yaml). The baseline is the best plan on one GPU type only
    with as many devices as the same budget buys. Both plans are evaluated by the discrete-event
    simulator; ratio = simulated hetero / simulated homogeneous samples/s (the cost model's ratio beside it).
    Also the cost ratio at equal throughput: the homogeneous plan's $/h over the cheapest heterogeneous plan
@@ -58,8 +58,9 @@ from trainer.planner.specs import Cluster, ModelSpec, NodePool, WorkloadSpec, lo
 PLANNER = ROOT / "configs" / "planner"
 OUT = ROOT / "benchmarks" / "results" / "planner.json"
 MODELS = ["qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b"]
-SIZES = {64: ("h800-h20-pool.yaml", 256, 30), 1024: ("h800-h20-pool-1024.yaml", 2048, 8)}
-"""GPUs of the homogeneous baseline -> (cluster file, batch size in questions, simulated steps)."""
+SIZES = {64: ("h800-h20-pool.yaml", 512, 30), 1024: ("h800-h20-pool-1024.yaml", 4096, 8)}
+"""GPUs of the homogeneous baseline -> (cluster file, batch size in questions, simulated steps). 512: AReaL's batch,
+which AReaL-Hex uses (configs/planner/workloads/math.yaml); 4096 at 1,024 GPUs is this benchmark's own scaling."""
 
 
 def scenarios(repeats: int) -> list[dict]:

@@ -202,7 +202,7 @@ def test_phase2_keeps_the_trainer_in_one_rack_and_feeds_back_the_sync_link():
 
 def test_infeasible_inputs_name_the_binding_constraint():
     small = two_types()
-    with pytest.raises(Infeasible, match=r"budget binds.*\$4\.00/h > \$1\.00/h"):
+    with pytest.raises(Infeasible, match=r"budget binds.*\$3\.70/h > \$1\.00/h"):
         make_plan(inputs(small, model("qwen2.5-1.5b"), workload(), budget_per_hour=1.0), simulate_plan=False)
     with pytest.raises(Infeasible, match="target binds"):
         make_plan(inputs(small, model("qwen2.5-1.5b"), workload(), target_samples_per_s=1e6), simulate_plan=False)
@@ -257,8 +257,12 @@ def test_plan_file_is_a_config_overlay_with_the_planned_counts(tmp_path):
     cfg = load_config(path)
     t, s, c = cfg.train, r.solution, r.problem.train[r.solution.train]
     assert cfg.agent.prefill == "tags"  # the base recipe came through `extends`
-    assert t.engine_replicas == sum(s.replicas.values()) and t.learner_workers == c.gpus
-    assert t.engine_resources.resources["hexsearch_engine"] == 1 and t.learner_resources.resources[c.gpu] == 1
+    # one learner process per data-parallel rank, each on tp x pp devices (AReaL-Hex's 5 GB/s links make this plan
+    # pipeline its trainer)
+    assert t.engine_replicas == sum(s.replicas.values()) and t.learner_workers * c.tp * c.pp == c.gpus
+    assert t.learner_workers == (c.gpus if c.tp * c.pp == 1 else c.dp)
+    assert t.engine_resources.resources["hexsearch_engine"] == 1
+    assert t.learner_resources.resources[c.gpu] == c.tp * c.pp == t.learner_resources.num_gpus
     nodes = cfg.plan.nodes
     assert sum(n.get("hexsearch_engine", 0) for n in nodes.values()) == t.engine_replicas
     assert sum(n.get("hexsearch_learner", 0) for n in nodes.values()) == t.learner_workers
