@@ -151,23 +151,34 @@ def test_health_and_stats(service, retriever):
 
 
 def test_a_killed_worker_is_replaced(service, qs):
-    """The worker process dies: the next request gets a retryable 503, then a new worker serves."""
+    """A worker process dies. Idle, it is replaced at once and no request fails; in the middle of a batch,
+    that request gets a retryable 503 that says so, and the next one is served."""
+    from concurrent.futures import ThreadPoolExecutor
+
     assert post(service, "/retrieve", {"queries": qs[:1]}).status_code == 200
     runner = service.app.state.batcher.runner
-    pids = list(runner.executor._processes)
-    assert len(pids) == 2
-    pid = pids[0]
-    os.kill(pid, signal.SIGKILL)
+    first = runner.pids()
+    assert len(first) == 2
+    os.kill(first[0], signal.SIGKILL)
     deadline = time.monotonic() + 30
-    # the pool notices the death on its management thread; until then a request may still reach the
-    # surviving worker, so wait for the pool to call itself broken (what the server then reports)
-    while (alive(pid) or not runner.executor._broken) and time.monotonic() < deadline:
+    while first[0] in runner.pids() and time.monotonic() < deadline:
         time.sleep(0.05)
-    failed = post(service, "/retrieve", {"queries": qs[1:2]})
-    assert failed.status_code == 503 and "BrokenProcessPool" in failed.json()["detail"]
-    again = post(service, "/retrieve", {"queries": qs[1:2], "topk": 2})
-    assert again.status_code == 200 and len(again.json()["result"][0]) == 2
-    assert pid not in runner.executor._processes
+    assert first[0] not in runner.pids() and len(runner.pids()) == 2 and runner.replaced == 1
+    for q in qs[2:6]:  # the new worker (the first idle one) answers once loaded; nothing fails meanwhile
+        assert post(service, "/retrieve", {"queries": [q]}).status_code == 200
+
+    many = [f"{q} (variant {i})" for i in range(13) for q in qs][:1024]  # distinct: ~3 s of batches
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(post, service, "/retrieve", {"queries": many})
+        time.sleep(0.5)  # both workers are in the middle of its batches
+        os.kill(first[1], signal.SIGKILL)
+        failed = pending.result()
+    assert failed.status_code == 503 and "WorkerDied" in failed.json()["detail"], failed.text
+    assert f"worker process {first[1]} exited" in failed.json()["detail"]
+    again = post(service, "/retrieve", {"queries": qs[6:7], "topk": 2})
+    assert again.status_code == 200 and len(again.json()["result"][0]) == 2, again.text
+    assert first[1] not in runner.pids() and runner.replaced == 2
+    assert httpx.get(service.url + "/stats").json()["workers_replaced"] == 2
 
 
 def test_thread_worker_serves_the_same_results(retriever, service, qs):
