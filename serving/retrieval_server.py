@@ -82,10 +82,15 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _too_large(self, send: Any) -> None:
-        body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 413, {"detail": f"request body over {self.limit} bytes"})
+
+
+async def send_json(send: Any, status: int, payload: Any) -> None:
+    """An ASGI JSON response, encoded as FastAPI's JSONResponse encodes it."""
+    body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class FastPath:
@@ -114,10 +119,7 @@ class FastPath:
             status, payload = 200, await self.handler(b"".join(chunks))
         except HTTPException as e:
             status, payload = e.status_code, {"detail": e.detail}
-        body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, status, payload)
 
 
 def _check_request(queries: list[str], topk: int) -> None:
@@ -212,8 +214,6 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
         await batcher.aclose()
 
     app = FastAPI(title="hexsearch retrieval", lifespan=lifespan)
-    app.add_middleware(FastPath, path="/retrieve", handler=lambda body: retrieve_body(body))
-    app.add_middleware(BodyLimit)  # added last: outermost, so the fast path sees only bodies within the limit
     app.state.batcher = batcher
 
     async def retrieve_body(body: bytes) -> Any:
@@ -236,6 +236,9 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
     @app.post("/retrieve")
     async def retrieve(request: Request) -> JSONResponse:  # for the schema; FastPath answers first
         return JSONResponse(await retrieve_body(await request.body()))
+
+    app.add_middleware(FastPath, path="/retrieve", handler=retrieve_body)
+    app.add_middleware(BodyLimit)  # added last: outermost, so the fast path sees only bodies within the limit
 
     @app.post("/access")
     async def access(request: Request) -> JSONResponse:
