@@ -31,7 +31,8 @@ import torch
 
 NAME = "hexsearch_decode"
 """The attention implementation name registered with transformers."""
-SOURCE = Path(__file__).parent / "csrc" / "decode_attention.c"
+SOURCES = (Path(__file__).parent / "csrc" / "decode_attention.c", Path(__file__).parent / "csrc" / "llama_ops.c")
+"""Compiled together into one library: the decode attention and the fused layer steps (serving/cpu_llama.py)."""
 MAX_GROUPS, MAX_HEAD_DIM = 16, 256
 """The kernel's limits (MAX_G, MAX_D in the C source): other shapes stay on SDPA."""
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
@@ -65,7 +66,7 @@ def _build(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = Path(tmp) / out.name
-        cmd = [cc, *FLAGS, str(SOURCE), "-o", str(target), *link, "-lm"]
+        cmd = [cc, *FLAGS, *map(str, SOURCES), "-o", str(target), *link, "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}")
@@ -83,7 +84,7 @@ def load() -> ctypes.CDLL | None:
             return None
         from serving.models import cache_dir
 
-        key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + str(_torch_gomp()).encode())
+        key = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES) + " ".join(FLAGS).encode() + str(_torch_gomp()).encode())
         path = cache_dir() / "kernels" / f"decode_attention-{key.hexdigest()[:12]}-{_cpu_key()}.so"
         try:
             if not path.exists():
@@ -97,6 +98,11 @@ def load() -> ctypes.CDLL | None:
         fn.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, ptr,
                        i32, i32, i32, i32, ctypes.c_float, i32, i32]
         fn.restype = i32
+        lib.hex_add_rmsnorm.argtypes = [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_float, i32, i32, i32]
+        lib.hex_rope_store.argtypes = [ptr, i64, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, i64, i32, i32, i32,
+                                       i32, i32]
+        for name in ("hex_add_rmsnorm", "hex_rope_store"):
+            getattr(lib, name).restype = i32
         _lib, _status = lib, f"native ({path.name})"
         return _lib
 

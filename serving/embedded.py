@@ -247,6 +247,7 @@ class EmbeddedEngine:
                 "model": self.name, "max_batch_size": r.max_batch_size, "max_model_len": self.max_model_len,
                 "kv_cache_bytes": r.kv.allocated_bytes, "prefix_cache": r.prefix.stats(),
                 "decode_attention": cpu_attention.status() if r.native_attention else "sdpa",
+                "forward": r.forward_status,
                 "last_error": None if self._error is None else repr(self._error)}
 
     def close(self) -> None:

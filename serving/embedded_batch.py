@@ -31,13 +31,24 @@ from dataclasses import dataclass, field
 
 import torch
 
-from serving import cpu_attention
+from serving import cpu_attention, cpu_llama
 from serving.kv import PrefixCache, PrefixEntry, SlotKVCache
 from serving.protocol import Completion, GenerateRequest
 from serving.sampling import BatchParams, sample
 
 STEM_MIN = 16
 """Fewest shared leading tokens worth a separate stem prefill (see `BatchRunner._prefill_stem`)."""
+
+
+def fused_forward(model) -> tuple[cpu_llama.FusedLlama | None, str]:
+    """The fused CPU forward for `model` when it applies (HEXSEARCH_FUSED_FORWARD=0 turns it off), and
+    what the engine's forward passes use, in words."""
+    if os.environ.get("HEXSEARCH_FUSED_FORWARD", "1") == "0":
+        return None, "transformers (HEXSEARCH_FUSED_FORWARD=0)"
+    why = cpu_llama.unsupported(model)
+    if why is not None:
+        return None, f"transformers ({why})"
+    return cpu_llama.FusedLlama(model), "fused (serving/cpu_llama.py)"
 
 
 @dataclass
@@ -107,6 +118,7 @@ class BatchRunner:
         self.shared_gen = torch.Generator(device="cpu").manual_seed(seed)
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.native_attention = cpu_attention.install(model) if device.type == "cpu" else False
+        self.fused, self.forward_status = fused_forward(model)
         self.version, self.epoch = version, 0
         self.rows: list[Seq | None] = []
         self.n_dec = 0
@@ -237,6 +249,8 @@ class BatchRunner:
         length = int(pos.max()) + 1
         hint = max((s.projected_len for s in self.running()), default=0) + self.prefill_chunk_tokens
         self.kv.ensure(row0 + ids.shape[0], length, hint)
+        if self.fused is not None:
+            return self.fused.forward(ids, pos, self.kv, row0, pos[:, 0] + 1 if decoding else None, self.epoch)
         self.kv.bind(row0, ids.shape[0], pos, length)
         mask = torch.arange(length, device=self.device)[None, None, None, :] <= pos[:, None, :, None]
         extra = {"hex_decode_lengths": pos[:, 0] + 1} if decoding and self.native_attention else {}

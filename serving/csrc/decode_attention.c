@@ -91,33 +91,46 @@ static void scores_bf16(const uint16_t *qrows[], const uint16_t *k, int64_t k_sp
     }
 }
 
-/* Pass 2 for bf16 rows with D a multiple of 64: out_g = sum_p w[g][p] * v_p, one query head at a time
- * with its 64-wide accumulator slice in four registers (the task's values stay in L2 between heads). */
+/* Pass 2 for bf16 rows with D a multiple of 64: out_g = sum_p w[g][p] * v_p. Each value row is
+ * converted to fp32 once for a block of up to 4 query heads (their 64-wide accumulator slices stay in 16
+ * registers), so the conversion is not repeated per head. */
 static inline __m512 bf16x16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
 
-static void values_bf16(const uint16_t *v, int64_t v_sp, int64_t L, int G, int D, const float *scores,
-                        int64_t stride, float acc[][MAX_D]) {
-    for (int g = 0; g < G; g++) {
-        const float *w = scores + g * stride;
-        for (int c = 0; c < D; c += 64) {
-            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
-                   a3 = _mm512_setzero_ps();
-            for (int64_t p = 0; p < L; p++) {
-                const uint16_t *vp = v + p * v_sp + c;
-                __m512 wp = _mm512_set1_ps(w[p]);
-                a0 = _mm512_fmadd_ps(wp, bf16x16(vp), a0);
-                a1 = _mm512_fmadd_ps(wp, bf16x16(vp + 16), a1);
-                a2 = _mm512_fmadd_ps(wp, bf16x16(vp + 32), a2);
-                a3 = _mm512_fmadd_ps(wp, bf16x16(vp + 48), a3);
-            }
-            _mm512_storeu_ps(acc[g] + c, a0);
-            _mm512_storeu_ps(acc[g] + c + 16, a1);
-            _mm512_storeu_ps(acc[g] + c + 32, a2);
-            _mm512_storeu_ps(acc[g] + c + 48, a3);
+static inline __attribute__((always_inline)) void values_block(const uint16_t *v, int64_t v_sp, int64_t L,
+                                                                const float *w, int64_t stride, float acc[][MAX_D],
+                                                                int c, const int gn) {
+    __m512 a[4][4];
+    for (int g = 0; g < gn; g++)
+        for (int j = 0; j < 4; j++) a[g][j] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < L; p++) {
+        const uint16_t *vp = v + p * v_sp + c;
+        __m512 x0 = bf16x16(vp), x1 = bf16x16(vp + 16), x2 = bf16x16(vp + 32), x3 = bf16x16(vp + 48);
+        for (int g = 0; g < gn; g++) {
+            __m512 wp = _mm512_set1_ps(w[g * stride + p]);
+            a[g][0] = _mm512_fmadd_ps(wp, x0, a[g][0]);
+            a[g][1] = _mm512_fmadd_ps(wp, x1, a[g][1]);
+            a[g][2] = _mm512_fmadd_ps(wp, x2, a[g][2]);
+            a[g][3] = _mm512_fmadd_ps(wp, x3, a[g][3]);
         }
     }
+    for (int g = 0; g < gn; g++)
+        for (int j = 0; j < 4; j++) _mm512_storeu_ps(acc[g] + c + 16 * j, a[g][j]);
+}
+
+static void values_bf16(const uint16_t *v, int64_t v_sp, int64_t L, int G, int D, const float *scores,
+                        int64_t stride, float acc[][MAX_D]) {
+    for (int c = 0; c < D; c += 64)
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            const float *w = scores + g0 * stride;
+            switch (G - g0 < 4 ? G - g0 : 4) { /* constant block sizes, so the accumulators stay in registers */
+            case 1: values_block(v, v_sp, L, w, stride, acc + g0, c, 1); break;
+            case 2: values_block(v, v_sp, L, w, stride, acc + g0, c, 2); break;
+            case 3: values_block(v, v_sp, L, w, stride, acc + g0, c, 3); break;
+            default: values_block(v, v_sp, L, w, stride, acc + g0, c, 4); break;
+            }
+        }
 }
 #endif
 
