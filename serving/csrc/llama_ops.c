@@ -84,6 +84,11 @@ static inline void rotate_f32(const float *x, const float *c, const float *s, fl
     }
 }
 
+static inline void rotate(int bf16, const void *x, const void *c, const void *s, void *dst, int d) {
+    if (bf16) rotate_bf16((const uint16_t *)x, (const uint16_t *)c, (const uint16_t *)s, (uint16_t *)dst, d);
+    else rotate_f32((const float *)x, (const float *)c, (const float *)s, (float *)dst, d);
+}
+
 /* For each of n tokens, whose projections q|k|v lie side by side at qkv + i * tok_stride (hq, hk and hk
  * heads of d elements): rotate the q heads in place and write the rotated k heads and the v heads into
  * k_buf/v_buf at [rows[i], head, slots[i], :] (strides in elements). cos/sin are [n, d]. */
@@ -91,34 +96,21 @@ int hex_rope_store(void *qkv, int64_t tok_stride, const void *cos, const void *s
                    int64_t kv_row_stride, int64_t kv_head_stride, int64_t kv_slot_stride, const int64_t *rows,
                    const int64_t *slots, int64_t n, int hq, int hk, int d, int bf16, int threads) {
     if (d % 2) return 1;
+    const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float), head = es * (size_t)d; /* bytes */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        int64_t kv_base = rows[i] * kv_row_stride + slots[i] * kv_slot_stride;
-        if (bf16) {
-            uint16_t *t = (uint16_t *)qkv + i * tok_stride;
-            const uint16_t *c = (const uint16_t *)cos + i * d, *s = (const uint16_t *)sin + i * d;
-            uint16_t tmp[d];
-            for (int h = 0; h < hq; h++) {
-                rotate_bf16(t + h * d, c, s, tmp, d);
-                memcpy(t + h * d, tmp, sizeof(uint16_t) * d);
-            }
-            for (int h = 0; h < hk; h++) {
-                rotate_bf16(t + (hq + h) * d, c, s, (uint16_t *)k_buf + kv_base + h * kv_head_stride, d);
-                memcpy((uint16_t *)v_buf + kv_base + h * kv_head_stride, t + (hq + hk + h) * d,
-                       sizeof(uint16_t) * d);
-            }
-        } else {
-            float *t = (float *)qkv + i * tok_stride;
-            const float *c = (const float *)cos + i * d, *s = (const float *)sin + i * d;
-            float tmp[d];
-            for (int h = 0; h < hq; h++) {
-                rotate_f32(t + h * d, c, s, tmp, d);
-                memcpy(t + h * d, tmp, sizeof(float) * d);
-            }
-            for (int h = 0; h < hk; h++) {
-                rotate_f32(t + (hq + h) * d, c, s, (float *)k_buf + kv_base + h * kv_head_stride, d);
-                memcpy((float *)v_buf + kv_base + h * kv_head_stride, t + (hq + hk + h) * d, sizeof(float) * d);
-            }
+        char *t = (char *)qkv + i * tok_stride * es;
+        const char *c = (const char *)cos + i * head, *s = (const char *)sin + i * head;
+        char *k = (char *)k_buf + (rows[i] * kv_row_stride + slots[i] * kv_slot_stride) * es;
+        char *v = (char *)v_buf + (rows[i] * kv_row_stride + slots[i] * kv_slot_stride) * es;
+        float tmp[d]; /* room for d elements of either dtype, aligned for floats */
+        for (int h = 0; h < hq; h++) {
+            rotate(bf16, t + h * head, c, s, tmp, d);
+            memcpy(t + h * head, tmp, head);
+        }
+        for (int h = 0; h < hk; h++) {
+            rotate(bf16, t + (hq + h) * head, c, s, k + h * kv_head_stride * es, d);
+            memcpy(v + h * kv_head_stride * es, t + (hq + hk + h) * head, head);
         }
     }
     return 0;
