@@ -32,9 +32,19 @@ class RunDir:
 
     @classmethod
     def create(cls, root: str | os.PathLike = "runs", name: str | None = None, kind: str = "run") -> RunDir:
-        """Make `root/name` (default name: `<kind>-<timestamp>`) and its sub-folders."""
-        name = name or f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-        run = cls(Path(root) / name)
+        """Make `root/name` and its sub-folders. The default name is `<kind>-<timestamp>`, with `-2`, `-3`, ...
+        added when another run took it in the same second (an explicit name may be reused: resume)."""
+        if name is None:
+            stamp = f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+            Path(root).mkdir(parents=True, exist_ok=True)
+            for i in range(1, 10_000):
+                name = stamp if i == 1 else f"{stamp}-{i}"
+                try:
+                    (Path(root) / name).mkdir()  # atomic: of two runs started together, one gets each name
+                    break
+                except FileExistsError:
+                    continue
+        run = cls(Path(root) / str(name))
         for sub in (run.path, run.trajectories, run.checkpoints, run.artifacts, run.tb):
             sub.mkdir(parents=True, exist_ok=True)
         return run

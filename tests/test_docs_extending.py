@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,12 +41,18 @@ def run_docs(tmp_path: Path, fast: bool) -> dict[str, subprocess.CompletedProces
         (tmp_path / name).write_text(body)
     (tmp_path / "configs").symlink_to(ROOT / "configs")  # "save the files in the repository root"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    out = {}
-    for command in commands:
+
+    def run(command: str) -> subprocess.CompletedProcess:
         argv = shlex.split(command)
         extra = [*FAST_TRAIN, f"world.out={tmp_path / 'world'}"] if fast and argv[1] == "train" else []
-        out[command] = subprocess.run([sys.executable, "-m", "hexsearch.cli", *argv[1:], *extra], cwd=tmp_path,
-                                      env=env, capture_output=True, text=True, timeout=1800)
+        return subprocess.run([sys.executable, "-m", "hexsearch.cli", *argv[1:], *extra], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=1800)
+
+    out = {commands[0]: run(commands[0])}  # the first one generates the world and its index
+    # the rest are independent (each run has its own folder); two at a time keep both cores busy while
+    # a command waits on Ray or a tool server
+    with ThreadPoolExecutor(max_workers=2 if fast else 1) as pool:
+        out.update(zip(commands[1:], pool.map(run, commands[1:]), strict=True))
     return out
 
 

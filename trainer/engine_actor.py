@@ -174,14 +174,24 @@ async def _broadcast(calls: Any) -> None:
             raise result
 
 
-def start_engine_actors(engine_cfg: EngineConfig, replicas: int, placement: dict[str, Any], threads: int,
-                        *, max_restarts: int = 0, synced: bool = True) -> list[Any]:
-    """Create and start `replicas` EngineActors with the given Ray placement options. Ray restarts a dead
-    one up to `max_restarts` times (`synced`: it then waits for the supervisor's weights)."""
+def create_engine_actors(engine_cfg: EngineConfig, replicas: int, placement: dict[str, Any], threads: int,
+                         *, max_restarts: int = 0, synced: bool = True) -> tuple[list[Any], list[Any]]:
+    """Create `replicas` EngineActors with the given Ray placement options and ask each to build its engine.
+    Returns the handles and the refs of those `start()` calls, so that the caller can wait for them together
+    with other actors' loading. Ray restarts a dead one up to `max_restarts` times (`synced`: it then waits
+    for the supervisor's weights)."""
     import ray
 
     cls = ray.remote(EngineActor)
     handles = [cls.options(max_concurrency=10_000, max_restarts=max_restarts, max_task_retries=0, **placement)
                .remote(engine_cfg, threads, synced) for _ in range(replicas)]
-    ray.get([h.start.remote() for h in handles])
+    return handles, [h.start.remote() for h in handles]
+
+
+def start_engine_actors(*args: Any, **kwargs: Any) -> list[Any]:
+    """`create_engine_actors`, then wait until every engine is built."""
+    import ray
+
+    handles, started = create_engine_actors(*args, **kwargs)
+    ray.get(started)
     return handles

@@ -160,7 +160,10 @@ class LearnerLost(RuntimeError):
 class LearnerGroup:
     """The learner ranks as one object the training loop calls."""
 
-    def __init__(self, cfg: Any, placement: dict[str, Any], threads: int, timeout_s: float = 3600.0):
+    def __init__(self, cfg: Any, placement: dict[str, Any], threads: int, timeout_s: float = 3600.0,
+                 wait: bool = True):
+        """Create the ranks and have each build its learner; with `wait=False` the caller waits on
+        `self.loading` (with other actors' loading, say) before the first call."""
         import ray
 
         n = max(1, cfg.train.learner_workers)
@@ -169,8 +172,11 @@ class LearnerGroup:
         self.sharded = n > 1 and cfg.train.learner.strategy == "fsdp2"
         """Weights live in shards: an export is a gather every rank takes part in."""
         self.actors = [cls.options(max_restarts=0, **placement).remote(cfg, r, n, threads) for r in range(n)]
-        master = ray.get(self.actors[0].address.remote()) if n > 1 else None
-        self.trainable = ray.get([a.setup.remote(master) for a in self.actors])[0]
+        master = self.actors[0].address.remote() if n > 1 else None  # a ref: Ray resolves it before setup runs
+        self.loading = [a.setup.remote(master) for a in self.actors]
+        """Refs of each rank's setup (its trainable parameter count)."""
+        if wait:
+            ray.get(self.loading)
 
     async def _call(self, what: str, refs: list[Any]) -> list[Any]:
         """Await one call per rank; a dead or silent rank becomes `LearnerLost` naming it."""

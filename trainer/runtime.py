@@ -99,7 +99,7 @@ class Runtime:
 
             cfg = replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))  # built once, here
             self.cfg = cfg
-        from trainer.engine_actor import EngineProxy, start_engine_actors
+        from trainer.engine_actor import EngineProxy, create_engine_actors
         from trainer.learner_group import LearnerGroup
         from trainer.rollout import start_rollout_workers
 
@@ -117,16 +117,17 @@ class Runtime:
             cfg = self.cfg = replace(cfg, engine=replace(cfg.engine, urls=list(self.servers.urls)))
         replicas, placement = ((t.engine_replicas, ray_options(t.engine_resources)) if embedded
                                else (1, {"num_cpus": 0}))
-        handles = start_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources),
-                                      max_restarts=t.engine_max_restarts)
+        # every actor loads (imports, model, index) at the same time; one wait for all of them below
+        handles, loading = create_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources),
+                                                max_restarts=t.engine_max_restarts)
         self.engines: list[Any] = [EngineProxy(handles, cfg.engine.model)]
         self.engine_handles = handles
-        judge_handles = self._start_judge(judge_actor)
+        judge_handles, judge_loading = self._start_judge(judge_actor)
         self.learners = LearnerGroup(cfg, ray_options(t.learner_resources), role_threads(t.learner_resources),
-                                     timeout_s=t.learner_step_timeout_s)
+                                     timeout_s=t.learner_step_timeout_s, wait=False)
         self.workers = start_rollout_workers(cfg, handles, ray_options(t.rollout_resources),
                                              role_threads(t.rollout_resources), judge_handles)
-        ray.get([w.ready.remote() for w in self.workers])
+        ray.get([*loading, *judge_loading, *self.learners.loading, *(w.ready.remote() for w in self.workers)])
         self.staleness = StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
         self.buffer = GroupBuffer()
         self.stream = QuestionStream(train_items, seed=cfg.run.seed)
@@ -150,25 +151,26 @@ class Runtime:
         self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
                                      t.wandb_project if t.wandb else None, self.run.path.name)
 
-    def _start_judge(self, actor: bool) -> list[Any] | None:
+    def _start_judge(self, actor: bool) -> tuple[list[Any] | None, list[Any]]:
         """With `agent.reward_fn=judge`: record the judge in `<run>/judge.json` and, for the embedded backend,
-        start its engine actor (never weight-synced), which every rollout worker reaches."""
+        create its engine actor (never weight-synced), which every rollout worker reaches. Returns its handles
+        (None without one) and the refs of its loading."""
         judge = self.cfg.agent.judge
         if self.cfg.agent.reward_fn != "judge":
-            return None
+            return None, []
         from agent.judge import describe_judge
 
         self.run.write_json(self.run.path / "judge.json", describe_judge(judge))
         if not actor:
-            return None
+            return None, []
         from serving.config import EngineConfig
-        from trainer.engine_actor import start_engine_actors
+        from trainer.engine_actor import create_engine_actors
 
         engine_cfg = EngineConfig(model=judge.model, backend="embedded", dtype=self.cfg.engine.dtype,
                                   device=self.cfg.engine.device, request_timeout_s=judge.timeout_s)
-        return start_engine_actors(engine_cfg, 1, ray_options(self.train_cfg.judge_resources),
-                                   role_threads(self.train_cfg.judge_resources),
-                                   max_restarts=self.train_cfg.engine_max_restarts, synced=False)
+        return create_engine_actors(engine_cfg, 1, ray_options(self.train_cfg.judge_resources),
+                                    role_threads(self.train_cfg.judge_resources),
+                                    max_restarts=self.train_cfg.engine_max_restarts, synced=False)
 
     async def worker_stats(self) -> dict[str, float]:
         """Tool and judge counters of all rollout workers (`tools/<name>/...`, `judge/...`): sums of the
