@@ -1,12 +1,14 @@
 """`hexsearch datagen` end to end: the embedded SmolLM2 on a small offline world writes a dataset with
-its report and ground-truth check, `hexsearch train` takes a step on it, and bad input is a one-line
-error."""
+its report and ground-truth check, the trainer's loader reads it (and, under `-m slow`, `hexsearch train`
+takes a step on it), and bad input is a one-line error."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+
+import pytest
 
 HEX = [sys.executable, "-m", "hexsearch.cli"]
 WORLD = ["world.entities=40", "world.max_hops=2"]
@@ -16,7 +18,8 @@ def _run(args: list[str], cwd, timeout: int = 900) -> subprocess.CompletedProces
     return subprocess.run([*HEX, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-def test_datagen_embedded_model_then_train_one_step(tmp_path):
+def _datagen(tmp_path):
+    """Generate a small dataset with the embedded SmolLM2, check it and its report; returns its folder."""
     out = tmp_path / "qa"
     world = f"world.out={tmp_path / 'world'}"
     got = _run(["datagen", "--out", str(out), "--n", "2", world, *WORLD, "datagen.max_items=16",
@@ -36,6 +39,21 @@ def test_datagen_embedded_model_then_train_one_step(tmp_path):
     for row in rows:
         assert row["answer"] and row["question"].endswith("?") and row["source"] == "hexsearch-synth"
         assert row["provenance"]["statements"] and row["provenance"]["difficulty"]["attempts"] == 4
+    from agent.qa import load_qa
+
+    loaded = load_qa(out / "qa.jsonl")  # what `train.data=` reads
+    assert [q.question for q in loaded] == [r["question"] for r in rows] and all(q.answers for q in loaded)
+    return out
+
+
+def test_datagen_embedded_model_writes_training_data(tmp_path):
+    _datagen(tmp_path)
+
+
+@pytest.mark.slow  # the default suite's training runs are in test_train_cli, test_docs_extending, test_fault_tolerance
+def test_datagen_embedded_model_then_train_one_step(tmp_path):
+    out = _datagen(tmp_path)
+    world = f"world.out={tmp_path / 'world'}"
     # the dataset is training data as it stands (dev questions and the search index: the world's)
     train = _run(["train", f"train.data={out / 'qa.jsonl'}", "run.root=" +
                   str(tmp_path), "run.name=t", world, *WORLD, "engine.model=tiny-random", "train.steps=1",

