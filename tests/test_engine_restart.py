@@ -13,7 +13,7 @@ import pytest
 
 from hexsearch.config import load_config
 from serving.protocol import GenerateRequest, SamplingParams
-from trainer.engine_actor import EngineProxy, start_engine_actors
+from trainer.engine_actor import EngineProxy, engine_actor_names, lookup_engine_actors, start_engine_actors
 from trainer.engine_watch import EngineSupervisor
 from trainer.learner_group import LearnerGroup
 from trainer.placement import init_ray
@@ -29,7 +29,8 @@ async def _scenario(cfg, events, hung: bool):
     import ray
     from test_learner import _samples
 
-    handles = start_engine_actors(cfg.engine, 1, {"num_cpus": 0}, 1, max_restarts=2)
+    names = engine_actor_names("engine", 1)
+    handles = start_engine_actors(cfg.engine, 1, {"num_cpus": 0}, 1, max_restarts=2, names=names)
     proxy = EngineProxy(handles, cfg.engine.model)
     learners = LearnerGroup(cfg, {"num_cpus": 0}, threads=1)
     sync = WeightSync([proxy], learners, in_memory=True, timeout_s=120)
@@ -50,6 +51,8 @@ async def _scenario(cfg, events, hung: bool):
         await asyncio.sleep(0.2)
     after = await asyncio.wait_for(pending, 60)
     status = await handles[0].status.remote()
+    # the restarted actor keeps its name: a restarted rollout worker finds it by name (trainer/rollout.py)
+    assert (await lookup_engine_actors(names)[0].status.remote())["pid"] == status["pid"]
     if not hung:
         ray.kill(handles[0], no_restart=True)
         return before, after, status, pid
@@ -113,3 +116,12 @@ def test_killed_engine_actor_serves_again_only_with_the_current_weights(tiny_mod
 @pytest.mark.slow
 def test_hung_engine_actor_is_replaced_and_restored(tiny_model_spec):
     _run(tiny_model_spec, hung=True)
+
+
+def test_engine_actor_names_are_unique_per_call_and_must_match_the_replicas():
+    from trainer.engine_actor import create_engine_actors
+
+    first, second = engine_actor_names("engine", 2), engine_actor_names("engine", 2)
+    assert len(set(first + second)) == 4 and all(n.startswith("hexsearch-engine-") for n in first)
+    with pytest.raises(ValueError, match="1 names for 2 engine actors"):
+        create_engine_actors(load_config(None).engine, 2, {}, 1, names=first[:1])

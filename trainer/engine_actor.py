@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 import warnings
 import zlib
 from typing import Any
@@ -175,17 +176,38 @@ async def _broadcast(calls: Any) -> None:
 
 
 def create_engine_actors(engine_cfg: EngineConfig, replicas: int, placement: dict[str, Any], threads: int,
-                         *, max_restarts: int = 0, synced: bool = True) -> tuple[list[Any], list[Any]]:
+                         *, max_restarts: int = 0, synced: bool = True,
+                         names: list[str] | None = None) -> tuple[list[Any], list[Any]]:
     """Create `replicas` EngineActors with the given Ray placement options and ask each to build its engine.
     Returns the handles and the refs of those `start()` calls, so that the caller can wait for them together
     with other actors' loading. Ray restarts a dead one up to `max_restarts` times (`synced`: it then waits
-    for the supervisor's weights)."""
+    for the supervisor's weights). `names` registers them as named actors, for `lookup_engine_actors`."""
     import ray
 
+    if names is not None and len(names) != replicas:
+        raise ValueError(f"{len(names)} names for {replicas} engine actors")
     cls = ray.remote(EngineActor)
-    handles = [cls.options(max_concurrency=10_000, max_restarts=max_restarts, max_task_retries=0, **placement)
-               .remote(engine_cfg, threads, synced) for _ in range(replicas)]
+    handles = [cls.options(max_concurrency=10_000, max_restarts=max_restarts, max_task_retries=0, name=name,
+                           **placement).remote(engine_cfg, threads, synced)
+               for name in (names or [None] * replicas)]
     return handles, [h.start.remote() for h in handles]
+
+
+def engine_actor_names(role: str, replicas: int) -> list[str]:
+    """Names, unique to this call, for `replicas` engine actors of one role ("engine", "judge").
+
+    Restartable actors look engines up by name (`lookup_engine_actors`) instead of taking their handles as
+    constructor arguments: Ray keeps no reference to constructor arguments for a restart, and says so on
+    every run (ray-project/ray#53727)."""
+    run = uuid.uuid4().hex[:12]
+    return [f"hexsearch-{role}-{run}-{i}" for i in range(replicas)]
+
+
+def lookup_engine_actors(names: list[str]) -> list[Any]:
+    """The handles of named engine actors of this Ray job (`create_engine_actors(names=...)`)."""
+    import ray
+
+    return [ray.get_actor(name) for name in names]
 
 
 def start_engine_actors(*args: Any, **kwargs: Any) -> list[Any]:

@@ -21,8 +21,8 @@ from agent.trajectory import Trajectory
 class RolloutWorker:
     """Ray actor body (created with `ray.remote(...)(RolloutWorker)` in `start_rollout_workers`)."""
 
-    def __init__(self, cfg: Any, engine_handles: list[Any], index: int = 0, threads: int = 1,
-                 judge_handles: list[Any] | None = None):
+    def __init__(self, cfg: Any, engine_names: list[str], index: int = 0, threads: int = 1,
+                 judge_names: list[str] | None = None):
         import torch
 
         torch.set_num_threads(max(1, threads))
@@ -30,19 +30,19 @@ class RolloutWorker:
         self.engine: Any = None
         self.workflow: Any = None
         self._eval_workflows: dict[float, Any] = {}
-        self._handles, self._judge_handles = engine_handles, judge_handles or []
+        self._engine_names, self._judge_names = list(engine_names), list(judge_names or [])  # named actors
         self._slots = asyncio.Semaphore(max(1, cfg.train.worker_concurrency))
 
     async def _setup(self) -> None:
         if self.workflow is not None:
             return
         from agent.workflow import make_workflow
-        from trainer.engine_actor import EngineProxy
+        from trainer.engine_actor import EngineProxy, lookup_engine_actors
 
-        self.engine = EngineProxy(self._handles, self.cfg.engine.model)
+        self.engine = EngineProxy(lookup_engine_actors(self._engine_names), self.cfg.engine.model)
         shared: dict[str, Any] = {"worker_index": self.index}
-        if self._judge_handles:
-            shared["judge_engine"] = EngineProxy(self._judge_handles, self.cfg.agent.judge.model)
+        if self._judge_names:
+            shared["judge_engine"] = EngineProxy(lookup_engine_actors(self._judge_names), self.cfg.agent.judge.model)
         workflow = make_workflow(self.cfg, **shared)
         setup = getattr(workflow, "setup", None)
         if setup is not None:
@@ -98,12 +98,14 @@ def _qid(q: Any) -> str:
     return str(getattr(q, "id", "") or abs(hash(str(q))) % 10**8)
 
 
-def start_rollout_workers(cfg: Any, engine_handles: list[Any], placement: dict[str, Any],
-                          threads: int, judge_handles: list[Any] | None = None) -> list[Any]:
-    """Create the rollout worker actors (restarted by Ray up to `train.worker_max_restarts` times)."""
+def start_rollout_workers(cfg: Any, engine_names: list[str], placement: dict[str, Any],
+                          threads: int, judge_names: list[str] | None = None) -> list[Any]:
+    """Create the rollout worker actors (restarted by Ray up to `train.worker_max_restarts` times). They reach
+    the engine (and judge) actors by name (`trainer.engine_actor.engine_actor_names`), so a restarted worker
+    finds them again without constructor arguments held in Ray's object store."""
     import ray
 
     cls = ray.remote(RolloutWorker)
     return [cls.options(max_concurrency=10_000, max_restarts=cfg.train.worker_max_restarts, max_task_retries=0,
-                        **placement).remote(cfg, engine_handles, i, threads, judge_handles)
+                        **placement).remote(cfg, engine_names, i, threads, judge_names)
             for i in range(cfg.train.rollout_workers)]

@@ -99,7 +99,7 @@ class Runtime:
 
             cfg = replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))  # built once, here
             self.cfg = cfg
-        from trainer.engine_actor import EngineProxy, create_engine_actors
+        from trainer.engine_actor import EngineProxy, create_engine_actors, engine_actor_names
         from trainer.learner_group import LearnerGroup
         from trainer.rollout import start_rollout_workers
 
@@ -118,15 +118,17 @@ class Runtime:
         replicas, placement = ((t.engine_replicas, ray_options(t.engine_resources)) if embedded
                                else (1, {"num_cpus": 0}))
         # every actor loads (imports, model, index) at the same time; one wait for all of them below
+        engine_names = engine_actor_names("engine", replicas)
         handles, loading = create_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources),
-                                                max_restarts=t.engine_max_restarts)
+                                                max_restarts=t.engine_max_restarts, names=engine_names)
         self.engines: list[Any] = [EngineProxy(handles, cfg.engine.model)]
         self.engine_handles = handles
-        judge_handles, judge_loading = self._start_judge(judge_actor)
+        self.judge_handles: list[Any] = []
+        judge_names, judge_loading = self._start_judge(judge_actor)
         self.learners = LearnerGroup(cfg, ray_options(t.learner_resources), role_threads(t.learner_resources),
                                      timeout_s=t.learner_step_timeout_s, wait=False)
-        self.workers = start_rollout_workers(cfg, handles, ray_options(t.rollout_resources),
-                                             role_threads(t.rollout_resources), judge_handles)
+        self.workers = start_rollout_workers(cfg, engine_names, ray_options(t.rollout_resources),
+                                             role_threads(t.rollout_resources), judge_names)
         ray.get([*loading, *judge_loading, *self.learners.loading, *(w.ready.remote() for w in self.workers)])
         self.staleness = StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
         self.buffer = GroupBuffer()
@@ -151,10 +153,10 @@ class Runtime:
         self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
                                      t.wandb_project if t.wandb else None, self.run.path.name)
 
-    def _start_judge(self, actor: bool) -> tuple[list[Any] | None, list[Any]]:
+    def _start_judge(self, actor: bool) -> tuple[list[str] | None, list[Any]]:
         """With `agent.reward_fn=judge`: record the judge in `<run>/judge.json` and, for the embedded backend,
-        create its engine actor (never weight-synced), which every rollout worker reaches. Returns its handles
-        (None without one) and the refs of its loading."""
+        create its engine actor (never weight-synced), which every rollout worker reaches by name. Returns its
+        actor names (None without one) and the refs of its loading."""
         judge = self.cfg.agent.judge
         if self.cfg.agent.reward_fn != "judge":
             return None, []
@@ -164,13 +166,16 @@ class Runtime:
         if not actor:
             return None, []
         from serving.config import EngineConfig
-        from trainer.engine_actor import create_engine_actors
+        from trainer.engine_actor import create_engine_actors, engine_actor_names
 
         engine_cfg = EngineConfig(model=judge.model, backend="embedded", dtype=self.cfg.engine.dtype,
                                   device=self.cfg.engine.device, request_timeout_s=judge.timeout_s)
-        return create_engine_actors(engine_cfg, 1, ray_options(self.train_cfg.judge_resources),
-                                    role_threads(self.train_cfg.judge_resources),
-                                    max_restarts=self.train_cfg.engine_max_restarts, synced=False)
+        names = engine_actor_names("judge", 1)
+        # the driver holds the handles: Ray keeps an actor, named or not, only while a handle to it exists
+        self.judge_handles, loading = create_engine_actors(
+            engine_cfg, 1, ray_options(self.train_cfg.judge_resources), role_threads(self.train_cfg.judge_resources),
+            max_restarts=self.train_cfg.engine_max_restarts, synced=False, names=names)
+        return names, loading
 
     async def worker_stats(self) -> dict[str, float]:
         """Tool and judge counters of all rollout workers (`tools/<name>/...`, `judge/...`): sums of the
@@ -274,7 +279,7 @@ class Runtime:
         if self.servers is not None:
             self.servers.stop()
         if self.train_cfg.ray_address:  # a shared cluster outlives the run: its actors must not
-            for actor in [*self.workers, *self.engine_handles, *self.learners.actors]:
+            for actor in [*self.workers, *self.engine_handles, *self.judge_handles, *self.learners.actors]:
                 ray.kill(actor, no_restart=True)
         else:
             ray.shutdown()
