@@ -123,8 +123,7 @@ class Runtime:
                                                 max_restarts=t.engine_max_restarts, names=engine_names)
         self.engines: list[Any] = [EngineProxy(handles, cfg.engine.model)]
         self.engine_handles = handles
-        self.judge_handles: list[Any] = []
-        judge_names, judge_loading = self._start_judge(judge_actor)
+        self.judge_handles, judge_names, judge_loading = self._start_judge(judge_actor)
         self.learners = LearnerGroup(cfg, ray_options(t.learner_resources), role_threads(t.learner_resources),
                                      timeout_s=t.learner_step_timeout_s, wait=False)
         self.workers = start_rollout_workers(cfg, engine_names, ray_options(t.rollout_resources),
@@ -153,29 +152,29 @@ class Runtime:
         self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
                                      t.wandb_project if t.wandb else None, self.run.path.name)
 
-    def _start_judge(self, actor: bool) -> tuple[list[str] | None, list[Any]]:
+    def _start_judge(self, actor: bool) -> tuple[list[Any], list[str] | None, list[Any]]:
         """With `agent.reward_fn=judge`: record the judge in `<run>/judge.json` and, for the embedded backend,
         create its engine actor (never weight-synced), which every rollout worker reaches by name. Returns its
-        actor names (None without one) and the refs of its loading."""
+        handles (which the driver must hold: Ray keeps an actor, named or not, only while a handle to it
+        exists), its actor names (None without one) and the refs of its loading."""
         judge = self.cfg.agent.judge
         if self.cfg.agent.reward_fn != "judge":
-            return None, []
+            return [], None, []
         from agent.judge import describe_judge
 
         self.run.write_json(self.run.path / "judge.json", describe_judge(judge))
         if not actor:
-            return None, []
+            return [], None, []
         from serving.config import EngineConfig
         from trainer.engine_actor import create_engine_actors, engine_actor_names
 
         engine_cfg = EngineConfig(model=judge.model, backend="embedded", dtype=self.cfg.engine.dtype,
                                   device=self.cfg.engine.device, request_timeout_s=judge.timeout_s)
         names = engine_actor_names("judge", 1)
-        # the driver holds the handles: Ray keeps an actor, named or not, only while a handle to it exists
-        self.judge_handles, loading = create_engine_actors(
+        handles, loading = create_engine_actors(
             engine_cfg, 1, ray_options(self.train_cfg.judge_resources), role_threads(self.train_cfg.judge_resources),
             max_restarts=self.train_cfg.engine_max_restarts, synced=False, names=names)
-        return names, loading
+        return handles, names, loading
 
     async def worker_stats(self) -> dict[str, float]:
         """Tool and judge counters of all rollout workers (`tools/<name>/...`, `judge/...`): sums of the
