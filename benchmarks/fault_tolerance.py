@@ -190,7 +190,7 @@ def scenario(steps: int, quick: bool, timeout: float) -> dict:
     world = tmp / "world"
     env = {**os.environ, "HEXSEARCH_QUIET": "1", "PYTHONPATH": str(ROOT)}
     # the world and its index first: the retrieval service serves that index
-    from datagen.world import QA_FILES, resolve_world
+    from world import QA_FILES, resolve_world
     from hexsearch.config import load_config
     from tools.index import default_index
 

@@ -251,7 +251,7 @@ def compare(ours: dict[int, list], other: dict[int, list], dtype: str = "float32
 
 def workload(entities: int) -> tuple[Path, list[str]]:
     """The index over a generated world and every distinct query we can ask of it."""
-    from datagen.world import default_world
+    from world import default_world
     from tools.index import default_index
 
     world = default_world(entities=entities, seed=0)

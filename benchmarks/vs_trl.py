@@ -84,7 +84,7 @@ class ToolServer:
     def __init__(self, cfg):
         from agent.episode_tools import deliveries_for
         from agent.parser import ToolCall
-        from datagen.world import resolve_world
+        from world import resolve_world
         from tools.factory import open_toolset
 
         self.loop = asyncio.new_event_loop()
@@ -169,7 +169,7 @@ def run_ours(cfg_path: Path, root: Path, r: int, args) -> dict:
 
 def run_trl(cfg_path: Path, cfg, server: ToolServer, root: Path, r: int, args) -> dict:
     from agent.qa import load_qa
-    from datagen.world import resolve_world
+    from world import resolve_world
 
     world = resolve_world(cfg.world)
     data = root / "trl_train.jsonl"

@@ -1,10 +1,10 @@
 """Checking synthesised QA items against the offline world's facts: the pipeline's measured precision.
 
-On the offline world (datagen/world) every fact is known, so an accepted item can be checked
+On the offline world (world/) every fact is known, so an accepted item can be checked
 against ground truth rather than against another model's opinion. This measures the precision of
 the synthesis pipeline (generator + checks) whatever the models are: the rule below reads only the
 world's text, never a model. `WorldTruth(world_dir)` reads the world once with the template reader
-(`datagen.world.reader.Reader`); `check(item)` applies this rule to one item:
+(`world.reader.Reader`); `check(item)` applies this rule to one item:
 
 * Normalisation: answers, fact values and fact subjects are compared after SQuAD normalisation
   (`agent.rewards.normalize_answer`: lower-case, no punctuation, no articles, single spaces), so
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.rewards import normalize_answer
-from datagen.world.reader import Fact, Reader, load_pages
+from world.reader import Fact, Reader, load_pages
 
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d)")
 

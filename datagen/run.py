@@ -39,7 +39,7 @@ def max_items(dg: Any) -> int:
 def corpus_files(cfg: Any) -> tuple[Path, Path | None]:
     """(pages file, world folder or None) of `datagen.corpus`."""
     if cfg.datagen.corpus == "world":
-        from datagen.world import resolve_world
+        from world import resolve_world
 
         world = resolve_world(cfg.world)
         return world / "pages.jsonl", world

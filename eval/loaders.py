@@ -28,7 +28,7 @@ Formats, by suite name (`SUITES`):
               takes it from the text after the last "Question:" of the user prompt and the answers
               from `reward_model.ground_truth.target`.
   world       the offline world's test split: path None -> the folder of
-  world-test  `datagen.world.resolve_world(world_config or WorldConfig())`; a world folder -> its
+  world-test  `world.resolve_world(world_config or WorldConfig())`; a world folder -> its
   world-dev   `qa_test.jsonl`; a file -> that file. `world-dev` reads `qa_dev.jsonl`.
 
 JSON files are a list when their first non-blank character is "[", JSONL otherwise (no parquet).
@@ -373,12 +373,12 @@ def load_world(path: PathLike | None = None, *, limit: int | None = None, split:
                world_config: Any = None) -> SuiteData:
     """A split of the offline world: path None -> `resolve_world(world_config or WorldConfig())`
     (generated on first use); a world folder -> its QA file of `split`; a file -> that file."""
-    from datagen import world
+    import world
 
     if split not in world.QA_FILES:
         raise ValueError(f"unknown world split {split!r}; known: {', '.join(world.QA_FILES)}")
     if path is None:
-        from datagen.config import WorldConfig
+        from world.config import WorldConfig
 
         path = world.resolve_world(world_config or WorldConfig()) / world.QA_FILES[split]
     elif Path(path).expanduser().is_dir():

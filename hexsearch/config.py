@@ -27,12 +27,13 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from agent.config import AgentConfig
 from core.choices import field_types, item_literal_values, literal_values
 from core.log import get_logger
-from datagen.config import DatagenConfig, WorldConfig
+from datagen.config import DatagenConfig
 from eval.config import EvalConfig
 from serving.config import EngineConfig
 from tools.config import ToolsConfig
 from trainer.config import TrainConfig
 from trainer.planner.config import PlanConfig
+from world.config import WorldConfig
 
 log = get_logger(__name__)
 

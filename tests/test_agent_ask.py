@@ -46,8 +46,8 @@ async def test_trace_shows_thoughts_calls_results_and_answer(tokenizer):
 
 
 def _small_world_question() -> tuple[str, list[str]]:
-    from datagen.world import resolve_world
     from hexsearch.config import load_config
+    from world import resolve_world
 
     world = resolve_world(load_config(None, SMALL_WORLD).world)
     row = json.loads((world / "qa_dev.jsonl").read_text().splitlines()[0])

@@ -112,7 +112,7 @@ def test_nothing_in_the_project_unpickles():
 
     root = Path(__file__).resolve().parents[1]
     offenders = []
-    for package in ("agent", "core", "datagen", "eval", "hexsearch", "serving", "tools", "trainer", "benchmarks"):
+    for package in ("agent", "core", "world", "datagen", "eval", "hexsearch", "serving", "tools", "trainer", "benchmarks"):
         for path in (root / package).rglob("*.py"):
             text = path.read_text()
             if re.search(r"^\s*import pickle|pickle\.loads?\(|cloudpickle\.loads?\(", text, re.MULTILINE):

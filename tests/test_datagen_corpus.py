@@ -11,7 +11,7 @@ from agent.qa import DataError
 from datagen import prompts as P
 from datagen.actions import sentence_facts
 from datagen.corpus import Page, PageStore
-from datagen.world import generate_world
+from world import generate_world
 
 
 @pytest.fixture(scope="module")

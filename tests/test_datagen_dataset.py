@@ -21,9 +21,9 @@ from agent.rewards import normalize_answer
 from datagen.dataset import dedupe, normalise_question, split_by_answer, write_dataset
 from datagen.ground_truth import WorldTruth, summarise
 from datagen.record import CheckResult, Edit, to_dict
-from datagen.world import generate_world
-from datagen.world.reader import read_world, solve
-from datagen.world.templates import PRONOUNS
+from world import generate_world
+from world.reader import read_world, solve
+from world.templates import PRONOUNS
 
 # --- helpers -------------------------------------------------------------------------------------
 

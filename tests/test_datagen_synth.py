@@ -280,7 +280,7 @@ def test_seed_questions_from_the_world_are_edited(world, tokenizer, tmp_path):
     """`datagen.seeds`: a world question (its `chain` = source pages) is the base; its statements are its
     pages' facts that name the answer or another chain page; a seed without pages is a clear error."""
     from datagen.run import corpus_files, load_seeds
-    from datagen.world import QA_FILES
+    from world import QA_FILES
 
     cfg = _cfg(world, max_edits=0)
     pages, world_dir = corpus_files(cfg)

@@ -300,7 +300,7 @@ def test_localqa_shapes(tmp_path):
 
 @pytest.fixture(scope="module")
 def small_world(tmp_path_factory) -> Path:
-    from datagen.world import generate_world
+    from world import generate_world
 
     folder = tmp_path_factory.mktemp("world")
     generate_world(folder, entities=30, seed=0, max_hops=2)
@@ -308,8 +308,8 @@ def small_world(tmp_path_factory) -> Path:
 
 
 def test_world_splits(small_world, tmp_path, monkeypatch):
-    from datagen import world
-    from datagen.config import WorldConfig
+    import world
+    from world.config import WorldConfig
 
     rows = [json.loads(line) for line in open(small_world / "qa_test.jsonl", encoding="utf-8")]
     data = load_suite("world", small_world)

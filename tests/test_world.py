@@ -1,6 +1,6 @@
 """The offline world: formats, determinism, and questions that need exactly their chain.
 
-The soundness tests read only the written files: `datagen.world.reader` extracts facts from the
+The soundness tests read only the written files: `world.reader` extracts facts from the
 article text by the sentence templates and follows each question's relation path, so a fact the
 renderer forgot, or a shortcut some page states, shows up here whatever the generator believed.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from agent.qa import load_qa
-from datagen.world import FILES, default_world, generate_world, resolve_world
-from datagen.world.reader import FactBase, Reader, check_question, read_world, solve
+from world import FILES, default_world, generate_world, resolve_world
+from world.reader import FactBase, Reader, check_question, read_world, solve
 
 N = 300
 
@@ -118,8 +118,8 @@ def test_every_sentence_is_read_and_facts_never_conflict(world, text):
 def test_generator_bookkeeping_matches_the_text():
     """The facts the renderer records per page (which the generator's shortcut rule relies on)
     are exactly the facts the reader finds in that page's text."""
-    from datagen.world.graph import build_graph
-    from datagen.world.render import render_page
+    from world.graph import build_graph
+    from world.render import render_page
 
     world = build_graph(N, seed=3)
     reader = Reader(e.name for e in world.entities)
@@ -190,7 +190,7 @@ def test_splits_are_by_start_entity(world):
 
 def test_same_seed_is_byte_identical_across_processes(world, tmp_path):
     """A second generation in another process, with another hash seed, writes the same bytes."""
-    code = ("import sys; from datagen.world import generate_world; "
+    code = ("import sys; from world import generate_world; "
             f"generate_world(sys.argv[1], entities={N}, seed=0, max_hops=4)")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "again")], check=True, env=env,
@@ -208,7 +208,7 @@ def test_different_seed_gives_a_different_world(world, tmp_path):
 
 
 def test_names_are_made_of_unique_pronounceable_stems(world):
-    from datagen.world.names import EVENT_KINDS, ORG_NAME_FORMS, TITLE_NOUNS
+    from world.names import EVENT_KINDS, ORG_NAME_FORMS, TITLE_NOUNS
 
     vocab = {"Letters", *TITLE_NOUNS, *(n + "s" for n in TITLE_NOUNS), *EVENT_KINDS}
     vocab |= {w for forms in ORG_NAME_FORMS.values() for f in forms for w in f.split() if w != "{}"}
@@ -256,7 +256,7 @@ def test_default_world_is_cached_and_published_atomically(tmp_path, monkeypatch)
 
 
 def test_resolve_world_follows_the_config(tmp_path):
-    from datagen.config import WorldConfig
+    from world.config import WorldConfig
 
     cfg = WorldConfig(out=str(tmp_path / "w"), entities=60, seed=1, max_hops=2)
     path = resolve_world(cfg)
@@ -299,3 +299,28 @@ def test_two_thousand_entities_verify(tmp_path):
     pages, kb, unread = read_world(tmp_path)
     assert unread == [] and kb.conflicts() == []
     assert all(check_question(r, pages, kb) == [] for r in rows(tmp_path))
+
+
+def test_one_rule_decides_when_the_world_is_the_tools_default(tmp_path):
+    """train, eval, ask and `hexsearch tools` share `world.with_world_index`: the world's index is the
+    default exactly when the local search has no index of its own, and never behind a named index or
+    a web backend."""
+    from dataclasses import replace
+
+    from fixtures.world import WORLD_ENTITIES, WORLD_SEED, world_index
+    from hexsearch.config import HexConfig
+    from world import tools_world, with_world_index
+    from world.config import WorldConfig
+
+    folder, index = world_index()
+    base = HexConfig(world=WorldConfig(entities=WORLD_ENTITIES, seed=WORLD_SEED))
+    cfg, world = with_world_index(base)
+    assert world == folder and cfg.tools.index_dir == str(index)
+    assert tools_world(cfg) is None  # an index is named now: nothing is decided twice
+    named = replace(base, tools=replace(base.tools, index_dir=str(tmp_path / "mine")))
+    assert with_world_index(named) == (named, None)
+    web = replace(base, tools=replace(base.tools, search_backend="serper"))
+    assert with_world_index(web) == (web, None)
+    no_search = replace(base, tools=replace(base.tools, builtin=["access"]))
+    cfg, world = with_world_index(no_search)
+    assert world == folder and cfg.tools.index_dir == ""  # access reads the world's pages; no index built

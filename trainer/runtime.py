@@ -38,13 +38,13 @@ class LoopState:
     elapsed_s: float = 0.0
 
 
-def load_questions(cfg: Any) -> tuple[list[Any], list[Any], Path | None]:
-    """(train items, dev items, world folder or None when both files are given explicitly)."""
+def load_questions(cfg: Any) -> tuple[list[Any], list[Any]]:
+    """(train items, dev items): the given files, else the configured world's splits."""
     from agent.qa import load_qa
 
     world = None
     if not (cfg.train.data and cfg.train.dev_data):
-        from datagen.world import QA_FILES, resolve_world
+        from world import QA_FILES, resolve_world
 
         world = resolve_world(cfg.world)
     train = load_qa(cfg.train.data or world / QA_FILES["train"])
@@ -53,9 +53,9 @@ def load_questions(cfg: Any) -> tuple[list[Any], list[Any], Path | None]:
 
         data = load_suite(cfg.train.eval_suite, cfg.train.dev_data or None, limit=cfg.train.eval_questions,
                           world_config=cfg.world)
-        return train, data.items, world
+        return train, data.items
     dev = load_qa(cfg.train.dev_data or world / QA_FILES["dev"])
-    return train, dev[: cfg.train.eval_questions], world
+    return train, dev[: cfg.train.eval_questions]
 
 
 class Runtime:
@@ -92,13 +92,10 @@ class Runtime:
             from serving.weight_transfer import check_nccl
 
             check_nccl(cfg.engine.backend, t.learner_resources.num_gpus)
-        train_items, self.dev_items, world = load_questions(cfg)
-        if ("search" in cfg.tools.builtin and cfg.tools.search_backend == "local" and not cfg.tools.index_dir
-                and world is not None):
-            from tools.index import default_index
+        train_items, self.dev_items = load_questions(cfg)
+        from world import with_world_index
 
-            cfg = replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))  # built once, here
-            self.cfg = cfg
+        cfg = self.cfg = with_world_index(cfg)[0]  # the world's index is built once, here
         from trainer.engine_actor import EngineProxy, create_engine_actors, engine_actor_names
         from trainer.learner_group import LearnerGroup
         from trainer.rollout import start_rollout_workers

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,14 +101,6 @@ async def ask_episode(question: Any, engine: Any, workflow: Any, *, printer: Tra
     return await workflow.arun_episode(engine, question, seed=seed, request_id=None, **live)
 
 
-def _world_dir(cfg) -> Path | None:
-    if cfg.tools.search_backend != "local" or cfg.tools.index_dir:
-        return None
-    from datagen.world import resolve_world
-
-    return resolve_world(cfg.world)
-
-
 async def _run(question: str, cfg, quiet: bool, gold: list[str]) -> int:
     from agent.qa import QAItem
     from agent.workflow import make_workflow
@@ -117,17 +108,15 @@ async def _run(question: str, cfg, quiet: bool, gold: list[str]) -> int:
 
     run = open_run(cfg, "ask")
     printer = TracePrinter(quiet)
-    world = _world_dir(cfg)
+    from world import with_world_index
+
+    cfg, world = with_world_index(cfg)
     item = find_world_item(world, question)
     if gold:
         item = QAItem(item.id if item else "ask", question, list(gold), [])
     if not quiet:
         printer.console.print(f"[dim]engine {cfg.engine.backend}:{cfg.engine.model}; tools "
                               f"{cfg.tools.search_backend}{' over ' + str(world) if world else ''}; run {run.path}[/dim]")
-    if world is not None:
-        from tools.index import default_index
-
-        cfg = replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))
     workflow = make_workflow(cfg, world_dir=world)
     engine = build_engine(cfg.engine)
     try:

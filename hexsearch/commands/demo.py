@@ -28,7 +28,7 @@ def quickstart_path() -> str:
 
 def world_line(cfg) -> str:
     """One line about the world a config trains on (generated and cached on first use)."""
-    from datagen.world import resolve_world
+    from world import resolve_world
 
     folder = resolve_world(cfg.world)
     info = json.loads((folder / "world.json").read_text(encoding="utf-8"))

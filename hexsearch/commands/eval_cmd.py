@@ -84,14 +84,16 @@ async def _evaluate(cfg: Any, run: Any) -> dict[str, Any]:
         run_samples,
     )
     from serving.factory import build_engine
+    from world import with_world_index
 
+    cfg, world = with_world_index(cfg)  # the world's index when the local search has none (as training)
     data = load_data(cfg)
     for k in cfg.eval.k:
         if not 1 <= k <= cfg.eval.n:
             raise UserError(f"eval.k: {k} is not between 1 and eval.n={cfg.eval.n} (Pass@k needs n >= k samples)")
     run_cfg = eval_workflow_config(cfg, run)
     engine = build_engine(cfg.engine)
-    workflow = make_workflow(run_cfg, world_dir=_world_dir(cfg))
+    workflow = make_workflow(run_cfg, world_dir=world)
     judge = build_eval_judge(cfg, engine)
     try:
         with progress(f"eval {cfg.eval.suite}", total=len(data.items) * cfg.eval.n) as bar:
@@ -112,26 +114,6 @@ async def _evaluate(cfg: Any, run: Any) -> dict[str, Any]:
     if data.skipped:
         run.write_json(run.path / "skipped.json", data.skipped)
     return write_report(run.path, rows, suite=cfg.eval.suite, ks=list(cfg.eval.k), info=info)
-
-
-def _world_dir(cfg: Any) -> Path | None:
-    if "search" not in cfg.tools.builtin or cfg.tools.search_backend != "local" or cfg.tools.index_dir:
-        return None
-    from datagen.world import resolve_world
-
-    return resolve_world(cfg.world)
-
-
-def _with_world_index(cfg: Any) -> Any:
-    """The world's default index as `tools.index_dir` when the local search has none (as training does)."""
-    from dataclasses import replace
-
-    world = _world_dir(cfg)
-    if world is None:
-        return cfg
-    from tools.index import default_index
-
-    return replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world))))
 
 
 @eval_app.command("run", help="Evaluate an agent on a suite; also what `hexsearch eval [CONFIG] [--suite ...]` runs.")
@@ -160,7 +142,7 @@ def run_eval(
     setup_logging(cfg.run.log_level, run.log)
     typer.echo(f"run folder: {run.path}", err=True)
     try:
-        report = asyncio.run(_evaluate(_with_world_index(cfg), run))
+        report = asyncio.run(_evaluate(cfg, run))
     except (ValueError, FileNotFoundError) as e:
         raise UserError(f"eval: {e}") from None
     typer.echo((run.path / "report.md").read_text())

@@ -39,8 +39,8 @@ def _call(tools: dict, name: str, args: dict, as_json: bool) -> None:
 
 def _default_world():
     """The default offline world folder (generated on first use, like `hexsearch ask` does)."""
-    from datagen.world import resolve_world
     from hexsearch.config import load_config
+    from world import resolve_world
 
     return resolve_world(load_config().world)
 
@@ -111,15 +111,10 @@ async def _open_configured(cfg):
     from tools.factory import ToolConfigError, open_toolset
     from tools.index import IndexFolderError
     from tools.mcp import MCPError
+    from world import tools_world
 
-    world_dir = None
-    tools_cfg = cfg.tools
-    if "search" in tools_cfg.builtin and tools_cfg.search_backend == "local" and not tools_cfg.index_dir:
-        from datagen.world import resolve_world
-
-        world_dir = resolve_world(cfg.world)  # the default index lives with the world (built on first use)
     try:
-        return await open_toolset(tools_cfg, world_dir=world_dir)
+        return await open_toolset(cfg.tools, world_dir=tools_world(cfg))  # index built on first use
     except (ToolConfigError, IndexFolderError, MCPError) as e:
         raise UserError(str(e)) from None
 

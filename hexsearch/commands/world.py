@@ -16,7 +16,7 @@ world_app = typer.Typer(help="Generate the offline world (corpus, pages, multi-h
 def run_generate(out: Path, **kw) -> tuple[dict, float]:
     """Generate a world with a progress bar (silenced by --quiet); returns (summary, seconds)."""
     from core.progress import progress
-    from datagen.world import generate_world, work_units
+    from world import generate_world, work_units
 
     start = time.perf_counter()
     total = work_units(kw.get("entities", 400), kw.get("questions_per_entity", 3.0))
@@ -84,7 +84,7 @@ def pick_samples(rows: list[dict], n: int, min_hops: int = 1) -> list[dict]:
 
 def print_samples(world_dir: Path, rows: list[dict]) -> None:
     """Each question, its answer, and the sentence on each chain page that the answer rests on."""
-    from datagen.world.reader import read_world, solve
+    from world.reader import read_world, solve
 
     pages, kb, _ = read_world(world_dir)
     for r in rows:
@@ -140,7 +140,7 @@ def show(
 
 @world_app.command("verify", help="Re-read every question from the article text: answerable from exactly its chain.")
 def verify(world_dir: Path = typer.Argument(..., help="A world folder.")) -> None:
-    from datagen.world.reader import verify_world
+    from world.reader import verify_world
 
     _load_rows(world_dir, "train")
     report = verify_world(world_dir)

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from datagen.world.graph import ATTRIBUTES, RELATIONS
+from world.graph import ATTRIBUTES, RELATIONS
 
 NAME = r"[A-Z][a-z]+(?: (?:[A-Z][a-z]+|of|from))*"
 VALUE = {"year": r"\d{3,4}", "num": r"\d{1,3}(?:,\d{3})*", "word": r"[a-z]+(?:[ -][a-z]+)*?", "name": r"[A-Z][a-z]+"}

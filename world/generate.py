@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from core.checkpoint import write_atomic
-from datagen.world.graph import BASE_URL, MIN_ENTITIES, TYPES, build_graph
-from datagen.world.questions import SPLITS, make_questions
-from datagen.world.render import render_page
+from world.graph import BASE_URL, MIN_ENTITIES, TYPES, build_graph
+from world.questions import SPLITS, make_questions
+from world.render import render_page
 
 GENERATOR_VERSION = "1"
 """Bumped whenever the same seed would produce different files (cached worlds are keyed by it)."""
@@ -100,7 +100,7 @@ def generate_world(out_dir: str | os.PathLike, entities: int = 400, seed: int = 
         _write_jsonl(out / QA_FILES[split], rows[split])
 
     summary = {
-        "generator": "hexsearch.datagen.world", "version": GENERATOR_VERSION, "seed": seed, "base_url": BASE_URL,
+        "generator": "hexsearch.world", "version": GENERATOR_VERSION, "seed": seed, "base_url": BASE_URL,
         "config": {"entities": entities, "max_hops": max_hops, "min_hops": min_hops, "splits": list(splits),
                    "short_articles": short_articles, "questions_per_entity": questions_per_entity},
         "entities": {t: len(world.of_type(t)) for t in TYPES},

@@ -13,7 +13,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from datagen.world.names import EVENT_KINDS, ORG_KINDS, PROFESSIONS, TERRAINS, WORK_KINDS, NameMaker
+from world.names import EVENT_KINDS, ORG_KINDS, PROFESSIONS, TERRAINS, WORK_KINDS, NameMaker
 
 BASE_URL = "https://hexwiki.test/wiki/"
 TYPES = ("person", "city", "region", "organisation", "work", "event")

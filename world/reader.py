@@ -19,7 +19,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from datagen.world.templates import ALL, PRONOUNS, Template, split_names
+from world.templates import ALL, PRONOUNS, Template, split_names
 
 _SENTENCE_END = re.compile(r"(?<=\.)\s+(?=[A-Z])")
 

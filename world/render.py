@@ -14,9 +14,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from datagen.world.graph import Entity, World
-from datagen.world.names import KNOWN_FOR, PRAISED_FOR, PROGRAMME
-from datagen.world.templates import GROUPS, Template, article, join_names
+from world.graph import Entity, World
+from world.names import KNOWN_FOR, PRAISED_FOR, PROGRAMME
+from world.templates import GROUPS, Template, article, join_names
 
 PRONOUN_RATE = 0.5
 """Chance that a later sentence refers to the page's entity as He/She/It."""

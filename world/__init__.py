@@ -1,6 +1,6 @@
 """The offline world: a seeded fictional encyclopedia with multi-hop questions whose answers are known.
 
-    from datagen.world import generate_world, default_world
+    from world import generate_world, default_world, resolve_world, with_world_index
     summary = generate_world("runs/world", entities=400, seed=0, max_hops=4)
     folder = default_world(entities=400, seed=0)          # cached under <cache dir>/worlds/
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datagen.world.generate import (
+from world.config import WorldConfig
+from world.generate import (
     FILES,
     GENERATOR_VERSION,
     QA_FILES,
@@ -25,8 +26,8 @@ from datagen.world.generate import (
     world_name,
 )
 
-__all__ = ["FILES", "GENERATOR_VERSION", "QA_FILES", "default_world", "generate_world", "resolve_world",
-           "work_units", "world_name"]
+__all__ = ["FILES", "GENERATOR_VERSION", "QA_FILES", "WorldConfig", "default_world", "generate_world",
+           "resolve_world", "tools_world", "with_world_index", "work_units", "world_name"]
 
 
 def resolve_world(cfg) -> Path:
@@ -50,3 +51,27 @@ def resolve_world(cfg) -> Path:
             return out
     generate_world(out, seed=cfg.seed, splits=tuple(cfg.splits), **settings)
     return out
+
+
+def tools_world(cfg) -> Path | None:
+    """The world folder that a config's tools default to, or None: the one rule that train, eval, ask,
+    `hexsearch tools` and datagen share. The world is the default exactly when the local search has no
+    index of its own (`tools.search_backend: local`, `tools.index_dir` empty); its index is then the
+    world's cached index and `access` reads the world's pages. A config that names an index, or searches
+    the web, never gets the world behind its back."""
+    if cfg.tools.search_backend != "local" or cfg.tools.index_dir:
+        return None
+    return resolve_world(cfg.world)
+
+
+def with_world_index(cfg):
+    """(cfg with `tools.index_dir` set to the world's default index when `tools_world(cfg)` applies and
+    `search` is configured, the world folder or None). The index is built once, on first use, and cached."""
+    from dataclasses import replace
+
+    world = tools_world(cfg)
+    if world is None or "search" not in cfg.tools.builtin:
+        return cfg, world
+    from tools.index import default_index
+
+    return replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world)))), world

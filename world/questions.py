@@ -26,8 +26,8 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from datagen.world.graph import ASKABLE, ATTRIBUTES, COMPARABLE, TYPES, Entity, World
-from datagen.world.phrases import ATTR_Q, COMPARE_Q, ENTITY_Q, REL_NP, wordings
+from world.graph import ASKABLE, ATTRIBUTES, COMPARABLE, TYPES, Entity, World
+from world.phrases import ATTR_Q, COMPARE_Q, ENTITY_Q, REL_NP, wordings
 
 SPLITS = ("train", "dev", "test")
 ANSWER_TYPES = {"year": "year", "num": "number", "word": "text", "name": "name"}

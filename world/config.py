@@ -1,0 +1,27 @@
+"""The `world:` config section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WorldConfig:
+    """The offline fictional world (`world`); see docs/world.md for the difficulty dials."""
+
+    out: str = ""
+    """Folder of the generated world (corpus.jsonl, pages.jsonl, qa_*.jsonl, world.json). Empty: the cached world under `<cache dir>/worlds/` for these settings."""
+    entities: int = 400
+    """Number of entities (people, cities, regions, organisations, works, events) in the encyclopedia; at least 20."""
+    seed: int = 0
+    """Seed: the same seed and settings always give byte-identical files."""
+    max_hops: int = 4
+    """Longest question, in articles a reader must open (1-4). 1 with short_articles is the easy CPU mode."""
+    min_hops: int = 1
+    """Shortest question, in articles (1..max_hops); raise it for a harder mix."""
+    short_articles: bool = False
+    """Articles are one lead paragraph with the entity's own facts (no distractor mentions of other entities)."""
+    questions_per_entity: float = 3.0
+    """Questions to generate per entity (fewer come out when a small world cannot support them)."""
+    splits: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
+    """Train/dev/test fractions; questions are split by their start entity, so dev/test start from unseen entities."""
