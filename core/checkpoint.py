@@ -1,8 +1,10 @@
 """Durable files (leaf module): append-only JSONL checkpoints, and whole files replaced atomically.
 
 A run that is killed loses at most the unit being written: `read_rows` cuts a torn last line off the
-file (a complete line that is not JSON is an error naming it), and `append_row` writes one line and
-flushes it. Evaluation (results.jsonl) and QA synthesis (items.jsonl) resume from these.
+file, and `append_row` writes one line and flushes it. A line is complete only when its newline was
+written: a last line without one is torn even when it parses (a kill can land between the closing
+brace and the newline), since the next append would otherwise glue two rows into one bad line. A
+complete line that is not a JSON object is an error naming the file and line. Evaluation (results.jsonl) and QA synthesis (items.jsonl) resume from these.
 
 `write_atomic` writes a whole file through a temporary one, fsyncs it and renames it into place, so a
 reader (or a crash) sees the old file or the new one, never half of one.
@@ -26,14 +28,17 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         return []
     rows, good_bytes = [], 0
     with path.open("rb") as f:
-        for raw in f:
-            try:
-                rows.append(json.loads(raw))
-            except ValueError:
-                if raw.endswith(b"\n"):
-                    raise ValueError(f"{path}: line {len(rows) + 1} is not JSON") from None
-                log.warning("%s: dropping a torn last line (%d bytes)", path, len(raw))
+        for line_no, raw in enumerate(f, start=1):
+            if not raw.endswith(b"\n"):  # only the last line can lack it: torn, parsed or not
+                log.warning("%s: dropping a torn last line %d (%d bytes, no newline)", path, line_no, len(raw))
                 break
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                raise ValueError(f"{path}:{line_no}: not JSON: {raw[:80]!r}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{line_no}: a JSON {type(row).__name__}, not an object (one row per line)")
+            rows.append(row)
             good_bytes += len(raw)
     if good_bytes < path.stat().st_size:
         with path.open("r+b") as f:
