@@ -34,6 +34,7 @@ from agent.episode_tools import Delivery, as_item, call_tool, check_schema, deli
 from agent.formats import make_format
 from agent.parser import parse_read
 from agent.prompts import CONTINUE_NUDGE, FORMAT_ERROR, render_prompt
+from agent.qa import question_bucket
 from agent.rewards import RewardFn, resolve_reward, score_episode
 from agent.trajectory import Trajectory
 from core.choices import check_choices
@@ -140,6 +141,9 @@ class _Episode:
         self.queue: list[Delivery] = []
         self.stop_reason: str | None = None
         self.extra: dict[str, Any] = {}
+        bucket = question_bucket(getattr(question, "meta", None) or {})
+        if bucket is not None:  # per-bucket accuracy and tool calls (trainer/batch.py, eval reports)
+            self.extra["bucket"] = bucket
         self.turn_log: list[dict[str, Any]] = []
         self.t0 = time.perf_counter()
         self.llm_s = self.tool_s = 0.0

@@ -31,6 +31,20 @@ class DataError(ValueError):
     """A data file that cannot be read as QA; the message names the file and line."""
 
 
+def question_bucket(meta: dict[str, Any]) -> str | None:
+    """The difficulty bucket that training, dev evaluation and eval reports break figures down by:
+    `n<N>` for a family whose search count grows with a parameter N (the world's `lineage` questions),
+    `hops<h>` for bridge and comparison questions (and any row with `hops`), None when the row says
+    neither."""
+    family, n, hops = meta.get("family"), meta.get("n"), meta.get("hops")
+    try:
+        if family not in (None, "bridge", "comparison") and n is not None:
+            return f"n{int(n)}"
+        return None if hops is None else f"hops{int(hops)}"
+    except (TypeError, ValueError):  # a foreign file's free-form field: no bucket rather than an error
+        return None
+
+
 @dataclass
 class QAItem:
     """One question with its accepted answers."""

@@ -22,7 +22,8 @@ from typing import Any
 from eval.stats import bootstrap_diff, majority_vote, pass_at_k
 
 COST_FIELDS = ("turns", "tool_calls", "generated_tokens", "prompt_tokens", "cost_usd", "seconds")
-GROUP_KEYS = ("level", "hops", "topic")
+GROUP_KEYS = ("level", "hops", "bucket", "topic")
+"""Item fields a report is broken down by; `bucket` is agent.qa.question_bucket (`hops2`, `n8`, ...)."""
 
 
 def _by_question(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -59,9 +60,18 @@ def summarize(rows: list[dict[str, Any]], ks: list[int]) -> dict[str, Any]:
     return out
 
 
+def _with_bucket(row: dict[str, Any]) -> dict[str, Any]:
+    from agent.qa import question_bucket
+
+    meta = row.get("item_meta") or {}
+    bucket = question_bucket(meta)
+    return row if bucket is None or "bucket" in meta else {**row, "item_meta": {**meta, "bucket": bucket}}
+
+
 def build_report(rows: list[dict[str, Any]], *, suite: str, ks: list[int], info: dict[str, Any]) -> dict[str, Any]:
     """report.json: the whole suite, each group, and the run's settings (`info`: judge, model, skipped, ...)."""
     report = {"suite": suite, **info, "overall": summarize(rows, ks), "groups": {}}
+    rows = [_with_bucket(r) for r in rows]
     for key in GROUP_KEYS:
         values = sorted({str(r["item_meta"][key]) for r in rows if key in r.get("item_meta", {})})
         if len(values) > 1 or (values and key == "level"):

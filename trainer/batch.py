@@ -55,4 +55,20 @@ def rollout_metrics(groups: list[Group], version: int) -> tuple[dict[str, float]
         "tools/errors": float(sum(1 for t in trajs for c in t.tool_calls if c.error)),
         "tools/latency_s": (sum(c.latency_s for t in trajs for c in t.tool_calls)
                             / max(1, sum(len(t.tool_calls) for t in trajs))),
+        **bucket_metrics(trajs, "train/accuracy", "agent/tool_calls"),
     }, staleness
+
+
+def bucket_metrics(trajs: list[Any], accuracy_key: str, tool_calls_key: str) -> dict[str, float]:
+    """`<accuracy_key>/<bucket>` and `<tool_calls_key>/<bucket>` (mean tool calls per episode) for each
+    difficulty bucket among `trajs` (`hops2`, `n8`, ...: agent.qa.question_bucket, carried in
+    `meta["bucket"]`); ASearcher's figure of tool calls and accuracy over steps, per difficulty."""
+    by: dict[str, list[Any]] = {}
+    for t in trajs:
+        if t.meta.get("bucket"):
+            by.setdefault(t.meta["bucket"], []).append(t)
+    out: dict[str, float] = {}
+    for b, ts in sorted(by.items()):
+        out[f"{accuracy_key}/{b}"] = sum(accuracy(t) for t in ts) / len(ts)
+        out[f"{tool_calls_key}/{b}"] = sum(len(t.tool_calls) for t in ts) / len(ts)
+    return out

@@ -119,3 +119,34 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path | N
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
     return Path(out_png)
+
+
+def plot_search_curve(metrics_path: str | Path, out_png: str | Path) -> Path | None:
+    """ASearcher's figure: tool calls per episode (left) and accuracy (right) over training steps, one
+    line per difficulty bucket (`agent/tool_calls/<bucket>`, `train/accuracy/<bucket>`, sampled
+    episodes); None when the run logged no buckets."""
+    rows = read_metrics(metrics_path)
+    buckets = sorted({k.rsplit("/", 1)[1] for r in rows for k in r if k.startswith("agent/tool_calls/")},
+                     key=lambda b: (b[0], int(b.lstrip("hopsn") or 0)))
+    if not buckets:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (calls, acc) = plt.subplots(1, 2, figsize=(11, 4))
+    for b in buckets:
+        for ax, key in ((calls, f"agent/tool_calls/{b}"), (acc, f"train/accuracy/{b}")):
+            points = [(r["step"], r[key]) for r in rows if key in r]
+            if points:
+                ax.plot(*zip(*points, strict=True), label=b, alpha=0.8)
+    for ax, label in ((calls, "tool calls per episode"), (acc, "accuracy (sampled)")):
+        ax.set_xlabel("step (weight version)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    calls.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return Path(out_png)

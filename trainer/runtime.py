@@ -18,7 +18,7 @@ from typing import Any
 
 from core.rundir import RunDir
 from trainer import checkpoint
-from trainer.batch import accuracy
+from trainer.batch import accuracy, bucket_metrics
 from trainer.buffer import GroupBuffer
 from trainer.controller import RolloutController
 from trainer.data import QuestionStream
@@ -126,7 +126,7 @@ class Runtime:
         self.workers = start_rollout_workers(cfg, engine_names, ray_options(t.rollout_resources),
                                              role_threads(t.rollout_resources), judge_names)
         ray.get([*loading, *judge_loading, *self.learners.loading, *(w.ready.remote() for w in self.workers)])
-        self.staleness = StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
+        self.staleness = StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_inflight_trajectories)
         self.buffer = GroupBuffer()
         self.stream = QuestionStream(train_items, seed=cfg.run.seed)
         self.controller = RolloutController(
@@ -201,6 +201,7 @@ class Runtime:
                 "eval/accuracy": sum(accuracy(tr) for tr in trajs) / len(trajs),
                 "eval/answered": sum(tr.prediction is not None for tr in trajs) / len(trajs),
                 "eval/tool_calls": sum(len(tr.tool_calls) for tr in trajs) / len(trajs),
+                **bucket_metrics(trajs, "eval/accuracy", "eval/tool_calls"),
                 "eval/questions": float(len(trajs)), "time/eval_s": time.perf_counter() - t0}
 
     def _suite_scores(self, trajs: list[Any]) -> dict[str, float]:

@@ -33,7 +33,7 @@ from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import build_samples, rollout_metrics
 from trainer.learner_group import LearnerLost
-from trainer.metrics import plot_reward_curve
+from trainer.metrics import plot_reward_curve, plot_search_curve
 from trainer.runtime import Runtime
 
 log = get_logger(__name__)
@@ -120,6 +120,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
                "staleness": rt.staleness.state_dict()}
     rt.run.write_json(rt.run.results, summary)
     plot_reward_curve(rt.run.metrics, rt.run.path / "reward_curve.png")
+    plot_search_curve(rt.run.metrics, rt.run.path / "search_curve.png")  # None unless questions carry buckets
     return summary
 
 

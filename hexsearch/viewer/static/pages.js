@@ -6,6 +6,19 @@ function series(metrics, key) {
   return metrics.filter(m => typeof m[key] === "number").map(m => [m.step, m[key]]);
 }
 
+// ASearcher's figure: tool calls per episode and accuracy over steps, one line per difficulty bucket
+// (`agent/tool_calls/<bucket>`, `train/accuracy/<bucket>`: hops2, n8, ...); nothing when none was logged.
+function bucketCharts(m) {
+  const names = [...new Set(m.flatMap(r => Object.keys(r)).filter(k => k.startsWith("agent/tool_calls/"))
+    .map(k => k.slice("agent/tool_calls/".length)))]
+    .sort((a, b) => a[0].localeCompare(b[0]) || parseInt(a.replace(/\D/g, "")) - parseInt(b.replace(/\D/g, "")));
+  if (!names.length) return [];
+  return [h("h2", {}, "Search by difficulty"),
+    h("div", { cls: "charts" },
+      lineChart("tool calls per episode", names.map(b => ({ name: b, points: series(m, `agent/tool_calls/${b}`) }))),
+      lineChart("accuracy (sampled)", names.map(b => ({ name: b, points: series(m, `train/accuracy/${b}`) }))))];
+}
+
 function trainSection(s) {
   const m = s.metrics || [], res = s.results || {}, last = [...m].reverse().find(r => "train/reward" in r) || {};
   const stale = {};
@@ -25,6 +38,7 @@ function trainSection(s) {
                            { name: "dev reward (eval)", points: series(m, "eval/reward"), dots: true }]),
       lineChart("accuracy", [{ name: "train accuracy", points: series(m, "train/accuracy") },
                              { name: "dev accuracy", points: series(m, "eval/accuracy"), dots: true }])),
+    ...bucketCharts(m),
     h("h2", {}, "Rollouts"),
     h("div", { cls: "charts" },
       barChart("staleness (versions behind, all steps)", Object.entries(stale).sort((a, b) => a[0] - b[0])),

@@ -1,0 +1,56 @@
+"""Per-difficulty figures: the bucket of a question, training's and the dev evaluation's per-bucket
+accuracy and tool calls, the PNG of ASearcher's figure, and eval reports broken down by bucket."""
+
+from __future__ import annotations
+
+import json
+
+from agent.qa import QAItem, question_bucket
+from agent.trajectory import ToolCallRecord, Trajectory
+from eval.report import build_report
+from trainer.batch import bucket_metrics
+from trainer.metrics import plot_search_curve
+
+
+def test_question_bucket():
+    assert question_bucket({"family": "lineage", "n": 8, "hops": 8}) == "n8"
+    assert question_bucket({"family": "bridge", "n": 2, "hops": 2}) == "hops2"
+    assert question_bucket({"hops": 3}) == "hops3"  # rows from before families existed
+    assert question_bucket({"family": "lineage", "n": "many"}) is None  # a foreign free-form field
+    assert question_bucket({"level": 1}) is None
+
+
+def _traj(bucket: str, correct: bool, calls: int) -> Trajectory:
+    t = Trajectory("q", "?", gold=["Ada"], prediction="Ada" if correct else "Bob",
+                   tool_calls=[ToolCallRecord(turn=i, name="search", args={}) for i in range(calls)])
+    t.meta["bucket"] = bucket
+    return t
+
+
+def test_bucket_metrics_mean_accuracy_and_tool_calls_per_bucket():
+    trajs = [_traj("n8", True, 8), _traj("n8", False, 3), _traj("hops2", True, 2), Trajectory("x", "?")]
+    got = bucket_metrics(trajs, "train/accuracy", "agent/tool_calls")
+    assert got == {"train/accuracy/hops2": 1.0, "agent/tool_calls/hops2": 2.0,
+                   "train/accuracy/n8": 0.5, "agent/tool_calls/n8": 5.5}
+
+
+def test_search_curve_png(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": s, "agent/tool_calls/n32": 4.0 + s, "train/accuracy/n32": 0.1 * s,
+             "agent/tool_calls/hops2": 2.0, "train/accuracy/hops2": 0.5} for s in range(1, 4)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = plot_search_curve(metrics, tmp_path / "search_curve.png")
+    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "plain.jsonl").write_text(json.dumps({"step": 1, "train/reward": 0.1}) + "\n")
+    assert plot_search_curve(tmp_path / "plain.jsonl", tmp_path / "none.png") is None
+
+
+def test_eval_report_groups_by_bucket():
+    items = [QAItem("a", "?", ["x"], meta={"family": "lineage", "n": 8, "hops": 8}),
+             QAItem("b", "?", ["x"], meta={"family": "bridge", "n": 2, "hops": 2})]
+    rows = [{"id": i.id, "correct": c, "prediction": "x", "stop_reason": "answered", "item_meta": i.meta,
+             "tool_calls": k} for i, c, k in zip(items, (True, False), (8, 2), strict=True)]
+    report = build_report(rows, suite="world", ks=[1], info={})
+    assert report["groups"]["bucket"]["n8"]["avg@1"] == 1.0
+    assert report["groups"]["bucket"]["hops2"]["avg@1"] == 0.0
+    assert report["groups"]["bucket"]["n8"]["mean"]["tool_calls"] == 8.0
