@@ -46,7 +46,7 @@ train:
   batch_size: {batch}
   group_size: {group}
   rollout_workers: 2
-  max_concurrent_episodes: 128
+  max_inflight_trajectories: 128
   filter_groups: none
   eval_questions: 0
   eval_every: 0

@@ -205,7 +205,7 @@ def predict(label: str, run: Path, device: Path) -> dict:
     measured = t.batch_size * t.group_size * len(step_rows[1:]) / sum(m["time/step_s"] for m in step_rows[1:])
     kept = [m["train/kept_groups"] for m in step_rows if "train/kept_groups" in m]
     w = dataclasses.replace(workload_of(run, WorkloadSpec()), batch_size=t.batch_size, group_size=t.group_size,
-                            max_staleness=t.max_staleness, max_concurrent_episodes=t.max_concurrent_episodes,
+                            max_staleness=t.max_staleness, max_inflight_trajectories=t.max_inflight_trajectories,
                             trained_fraction=statistics.mean(kept) / t.batch_size if kept else 1.0)
     inp = Inputs(cluster, types, load_spec(PLANNER / "models" / "smollm2-135m.yaml", ModelSpec), w,
                  PlanConfig(gen_tp=[1], train_tp=[1], train_pp=[1], batch_ladder=1,

@@ -40,7 +40,8 @@ log = get_logger(__name__)
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 RENAMED = {"agent.reward": "agent.reward_fn", "agent.judge_cache": "agent.judge.cache",
-           "train.max_concurrent_rollouts": "train.max_concurrent_episodes"}
+           "train.max_concurrent_rollouts": "train.max_inflight_trajectories",
+           "train.max_concurrent_episodes": "train.max_inflight_trajectories"}
 """Old dotted key -> its new name. An old key in a YAML file or an override is moved to the new one
 (with a warning); giving both in one file or on one command line is an error."""
 
@@ -236,6 +237,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     problem = check_limits(cfg)
     if problem is not None:
         raise ConfigError(problem)
+    from trainer.staleness import concurrency_warnings
+
+    for warning in concurrency_warnings(cfg.train, cfg.engine.max_batch_size):
+        log.warning("%s: %s", path or "config", warning)
     return cfg
 
 

@@ -26,7 +26,7 @@ tools.retrieval_max_batch tools.snippet_chars
 agent.max_turns agent.max_new_tokens agent.max_context_tokens agent.max_calls_per_turn agent.page_chunk_chars
 agent.max_page_chunks agent.max_obs_chars agent.judge.max_new_tokens
 world.min_hops
-train.batch_size train.group_size train.max_concurrent_episodes train.rollout_workers train.worker_concurrency
+train.batch_size train.group_size train.max_inflight_trajectories train.rollout_workers train.worker_concurrency
 train.engine_replicas train.learner_workers train.minibatches train.micro_batch_tokens train.keep_checkpoints
 train.max_question_attempts train.max_consecutive_failures
 eval.n eval.concurrency

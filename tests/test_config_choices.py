@@ -175,7 +175,8 @@ def test_literal_fields_inside_lists_of_dataclasses_are_checked_at_load():
     assert _bad_choice({"items": [{"mode": "fast"}, {"mode": "x"}]}, Outer) == ("items[1].mode", "x", ("fast", "slow"))
 
 
-OLD_VALUES = {"agent.reward": "em", "agent.judge_cache": "/tmp/judge.sqlite", "train.max_concurrent_rollouts": 7}
+OLD_VALUES = {"agent.reward": "em", "agent.judge_cache": "/tmp/judge.sqlite", "train.max_concurrent_rollouts": 7,
+              "train.max_concurrent_episodes": 9}
 
 
 @pytest.mark.parametrize("old", sorted(RENAMED))
@@ -219,5 +220,5 @@ def test_old_and_new_key_in_one_layer_is_an_error(old, tmp_path):
 
 def test_old_key_in_base_and_new_key_in_child_file(tmp_path):
     (tmp_path / "base.yaml").write_text("train:\n  max_concurrent_rollouts: 5\n")
-    (tmp_path / "child.yaml").write_text("extends: base.yaml\ntrain:\n  max_concurrent_episodes: 9\n")
-    assert load_config(tmp_path / "child.yaml").train.max_concurrent_episodes == 9
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\ntrain:\n  max_inflight_trajectories: 9\n")
+    assert load_config(tmp_path / "child.yaml").train.max_inflight_trajectories == 9

@@ -29,7 +29,7 @@ class Sim:
     def check(self) -> None:
         c = self.sc.c
         assert c.accepted + c.running <= self.sc.bound()
-        assert c.running * self.sc.group_size <= self.sc.max_concurrent_episodes
+        assert c.running * self.sc.group_size <= self.sc.max_inflight_trajectories
         assert c.running == len(self.running) and c.accepted >= 0
 
     def admit(self) -> bool:
@@ -111,7 +111,7 @@ def test_zero_staleness_is_synchronous(batch, events):
 
 
 def test_bound_formula_and_rejections_free_slots():
-    sc = StalenessController(max_staleness=1, batch_size=2, group_size=4, max_concurrent_episodes=100)
+    sc = StalenessController(max_staleness=1, batch_size=2, group_size=4, max_inflight_trajectories=100)
     assert sc.bound() == 4
     assert [sc.try_admit() for _ in range(5)] == [True, True, True, True, False]
     sc.on_reject()                                  # a filtered group frees its slot at once
@@ -126,10 +126,10 @@ def test_bound_formula_and_rejections_free_slots():
 
 
 def test_concurrency_cap_counts_episodes():
-    sc = StalenessController(max_staleness=10, batch_size=8, group_size=4, max_concurrent_episodes=10)
+    sc = StalenessController(max_staleness=10, batch_size=8, group_size=4, max_inflight_trajectories=10)
     assert [sc.try_admit() for _ in range(3)] == [True, True, False]   # 2 groups x 4 episodes <= 10
     with pytest.raises(ValueError, match="group_size"):
-        StalenessController(1, 1, group_size=8, max_concurrent_episodes=4)
+        StalenessController(1, 1, group_size=8, max_inflight_trajectories=4)
 
 
 def test_per_sample_bound():

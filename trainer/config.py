@@ -73,12 +73,17 @@ class TrainConfig:
     """Trajectories sampled per question (GRPO group)."""
     max_staleness: int = 4
     """Most weight versions a consumed sample may lag behind; 0 is synchronous RL."""
-    max_concurrent_episodes: int = 64
-    """Most episodes in flight across all rollout workers (a group of `group_size` episodes is admitted whole)."""
+    max_inflight_trajectories: int = 64
+    """Most trajectories (single episodes, not groups) in flight across all rollout workers: a group of
+    `group_size` is admitted whole while (running groups + 1) x group_size <= this. ASearcher's
+    `max_concurrent_rollouts` counts groups: its 24 x n_trajs 16 is 384 here. Loading warns when this admits
+    fewer than one step's batch_size x group_size, or fewer than the engines can batch. Was
+    `max_concurrent_episodes` (still loads, with a warning)."""
     rollout_workers: int = 2
     """Ray rollout worker actors."""
     worker_concurrency: int = 64
-    """Most episodes one rollout worker runs at once on its asyncio loop."""
+    """Most episodes one rollout worker runs at once on its asyncio loop (rollout_workers x this also caps the
+    trajectories in flight)."""
     engine_replicas: int = 1
     """Embedded engine actors (requests are routed to one of them by request id, so a trajectory stays on one)."""
     learner_workers: int = 1

@@ -5,7 +5,7 @@ B = groups per training step; v = the current weight version (= optimizer steps 
 eta = max_staleness. A new group is admitted only while both hold after admitting it:
 
     accepted + running <= (eta + v + 1) * B          staleness bound (AReaL's rule)
-    (running + 1) * G  <= max_concurrent_episodes    concurrency cap
+    (running + 1) * G  <= max_inflight_trajectories    concurrency cap
 
 `accepted` is cumulative (consumed groups stay counted), so the bound says: group number n (1-based,
 in acceptance order) is admitted no earlier than version ceil(n / B) - eta - 1, i.e. it is consumed
@@ -27,6 +27,7 @@ In-flight groups die with the process: `running` restarts at 0 and their questio
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass
@@ -42,14 +43,14 @@ class StalenessController:
     """Admission control for rollout groups (see module docstring for the rule)."""
 
     def __init__(self, max_staleness: int, batch_size: int, group_size: int = 1,
-                 max_concurrent_episodes: int = 1 << 30, version: int = 0):
+                 max_inflight_trajectories: int = 1 << 30, version: int = 0):
         if max_staleness < 0 or batch_size < 1 or group_size < 1:
             raise ValueError("need max_staleness >= 0, batch_size >= 1, group_size >= 1")
-        if max_concurrent_episodes < group_size:
-            raise ValueError(f"max_concurrent_episodes ({max_concurrent_episodes}) is below group_size "
+        if max_inflight_trajectories < group_size:
+            raise ValueError(f"max_inflight_trajectories ({max_inflight_trajectories}) is below group_size "
                              f"({group_size}): no group could ever be admitted")
         self.eta, self.batch_size, self.group_size = max_staleness, batch_size, group_size
-        self.max_concurrent_episodes = max_concurrent_episodes
+        self.max_inflight_trajectories = max_inflight_trajectories
         self.c = StalenessCounters(version=version)
 
     # -- the rule -----------------------------------------------------------------------------
@@ -60,7 +61,7 @@ class StalenessController:
     def capacity(self) -> int:
         """Groups that may be admitted now (never negative)."""
         staleness = self.bound() - (self.c.accepted + self.c.running)
-        concurrency = self.max_concurrent_episodes // self.group_size - self.c.running
+        concurrency = self.max_inflight_trajectories // self.group_size - self.c.running
         return max(0, min(staleness, concurrency))
 
     def is_fresh(self, min_version: int, version: int | None = None) -> bool:
@@ -116,3 +117,33 @@ class StalenessController:
         accepted = consumed + buffered groups, at the recovered version."""
         self.c = StalenessCounters(accepted=consumed + buffered, version=version,
                                    rejected=self.c.rejected, refused=self.c.refused)
+
+
+def inflight_trajectories(t: Any) -> int:
+    """Trajectories the run can have in flight at once (`t` a TrainConfig): the concurrency cap in whole groups,
+    the staleness bound at version 0 ((eta + 1) B groups), and the rollout workers' slots, whichever is least."""
+    groups = min(t.max_inflight_trajectories // t.group_size, (t.max_staleness + 1) * t.batch_size)
+    return min(groups * t.group_size, t.rollout_workers * t.worker_concurrency)
+
+
+def concurrency_warnings(t: Any, engine_max_batch_size: int) -> list[str]:
+    """Why the trajectories in flight may be fewer than the config seems to ask (one line each, naming keys):
+    the cap below one step's B x G trajectories (steps wait on it), the cap binding below what the engines can
+    batch (engine_max_batch_size x engine_replicas) while the staleness bound allows more, and the rollout
+    workers' slots below the cap. A cap copied from a recipe that counts groups (ASearcher's
+    `max_concurrent_rollouts`) shows up here."""
+    cap, step = t.max_inflight_trajectories, t.batch_size * t.group_size
+    staleness = (t.max_staleness + 1) * step
+    engines = engine_max_batch_size * t.engine_replicas
+    out = []
+    if cap < step:
+        out.append(f"train.max_inflight_trajectories={cap} counts trajectories and admits fewer than one step's "
+                   f"batch_size x group_size = {step} ({cap // t.group_size} of {t.batch_size} groups at once)")
+    if cap < min(engines, staleness):
+        out.append(f"train.max_inflight_trajectories={cap} is below what the engines can batch "
+                   f"(engine.max_batch_size x train.engine_replicas = {engines})")
+    slots = t.rollout_workers * t.worker_concurrency
+    if slots < min(cap, staleness):
+        out.append(f"train.rollout_workers x train.worker_concurrency = {slots} caps the trajectories in flight "
+                   f"below train.max_inflight_trajectories={cap}")
+    return out

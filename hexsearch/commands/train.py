@@ -62,7 +62,7 @@ def _check(cfg) -> None:
 
     t = cfg.train
     try:
-        StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_concurrent_episodes)
+        StalenessController(t.max_staleness, t.batch_size, t.group_size, t.max_inflight_trajectories)
     except ValueError as e:
         raise UserError(f"train: {e}") from e
     if t.weight_transfer == "nccl":  # vLLM's trainer side must import in this (the learners') Python

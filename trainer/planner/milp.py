@@ -46,7 +46,7 @@ class Problem:
     max_staleness: int
     """eta."""
     max_concurrent: int = 0
-    """`train.max_concurrent_episodes` (0: only the staleness rule limits episodes in flight)."""
+    """`train.max_inflight_trajectories` (0: only the staleness rule limits episodes in flight)."""
     budget: float = 0.0
     """Dollars per hour (0: none)."""
     target: float = 0.0
@@ -56,7 +56,7 @@ class Problem:
 
     @property
     def max_in_flight(self) -> float:
-        """Episodes the admission rule lets run at once: min((eta + 1) B G, max_concurrent_episodes)."""
+        """Episodes the admission rule lets run at once: min((eta + 1) B G, max_inflight_trajectories)."""
         bound = (self.max_staleness + 1) * self.batch_samples
         return min(bound, self.max_concurrent) if self.max_concurrent > 0 else bound
 

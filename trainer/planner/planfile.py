@@ -53,8 +53,8 @@ def overlay(inputs: Inputs, r: PlanResult) -> dict[str, Any]:
         "learner_resources": role({c.gpu}, c.tp * c.pp, "hexsearch_learner"),
         "rollout_resources": {"num_cpus": 0.0, "threads": 1, "resources": {"hexsearch_rollout": 1.0}},
     }
-    if w.max_concurrent_episodes:
-        train["max_concurrent_episodes"] = w.max_concurrent_episodes
+    if w.max_inflight_trajectories:
+        train["max_inflight_trajectories"] = w.max_inflight_trajectories
     nodes = ray_resources(r.nodes)
     for n in r.nodes:  # a learner slot per learner process (tp x pp devices each)
         if n.learners:

@@ -58,7 +58,7 @@ def build_problem(inputs: Inputs, sync_gbps: float | None = None, only: str = ""
                    prices={k: inputs.types[k].price_per_hour for k in counts},
                    batch_samples=w.batch_size * w.group_size,
                    sync_s=sync_s(m, cfg, sync_gbps if sync_gbps is not None else worst_sync_gbps(inputs)) + measured_sync,
-                   max_staleness=w.max_staleness, max_concurrent=w.max_concurrent_episodes,
+                   max_staleness=w.max_staleness, max_concurrent=w.max_inflight_trajectories,
                    budget=cfg.budget_per_hour, target=cfg.target_samples_per_s, time_limit_s=cfg.time_limit_s)
 
 

@@ -145,8 +145,8 @@ class WorkloadSpec:
     """Trajectories per question (`train.group_size`)."""
     max_staleness: int = 4
     """Most weight versions a trained sample may lag (`train.max_staleness`)."""
-    max_concurrent_episodes: int = 0
-    """Most episodes in flight (`train.max_concurrent_episodes`; 0: only the staleness bound limits it)."""
+    max_inflight_trajectories: int = 0
+    """Most trajectories in flight (`train.max_inflight_trajectories`; 0: only the staleness bound limits it)."""
 
 
 def lognormal_sigma(median_or_mean: float, p99: float, from_mean: bool) -> float:
