@@ -83,6 +83,9 @@ class JudgePromptLike(Protocol):
         ...
 
 
+RAW_WITHHELD = "(withheld: the judge's output can quote the gold answer of an encrypted suite)"
+"""What `Verdict.raw` holds, in memory and in the cache, when the judge keeps no raw output."""
+
 _VERDICT_LINE = re.compile(r"verdict\W*(correct|incorrect)\b", re.IGNORECASE)
 _JSON_OBJ = re.compile(r"\{[^{}]*\}")
 
@@ -94,7 +97,7 @@ class Verdict:
     correct: bool | None
     """True/False, or None when no attempt produced a parseable verdict."""
     raw: str
-    """The judge's last output."""
+    """The judge's last output (`RAW_WITHHELD` from a judge built with `keep_raw=False`)."""
     cached: bool = False
     attempts: int = 1
 
@@ -186,12 +189,14 @@ class LLMJudge:
     def __init__(self, engine: Any, model_name: str, *, cache: VerdictCache | str | Path | None = None,
                  max_new_tokens: int = 256, temperature: float = 0.0, retries: int = 2, max_prediction_chars: int = 500,
                  timeout_s: float | None = None, backend: str | None = None, urls: list[str] | None = None,
-                 owns_transport: bool = False, prompt: JudgePromptLike | None = None):
+                 owns_transport: bool = False, prompt: JudgePromptLike | None = None, keep_raw: bool = True):
         """`engine`: an InferenceEngine or an OpenAIChatClient. `model_name` enters the cache key. `timeout_s`
         bounds each LLM call (None: unbounded). `backend`/`urls` are only recorded by `describe()` (inferred
         when omitted). `owns_transport`: `aclose()` also closes the engine or client. `prompt`: a
         JudgePromptLike replacing the built-in prompt (which truncates the prediction to
-        `max_prediction_chars`; a custom prompt applies its own rule)."""
+        `max_prediction_chars`; a custom prompt applies its own rule). `keep_raw=False` (an encrypted suite):
+        the judge's output, which often quotes the gold answer, is parsed and dropped: verdicts, cached or
+        returned, carry `RAW_WITHHELD` instead, even those a plaintext run cached earlier."""
         self.engine = engine
         self.chat_client = is_chat_client(engine)
         self.model_name = model_name
@@ -207,6 +212,7 @@ class LLMJudge:
         self.urls = list(urls) if urls is not None else _transport_urls(engine)
         self.owns_transport = owns_transport
         self.prompt = prompt
+        self.keep_raw = keep_raw
         self.prompt_name = str(getattr(prompt, "name", "default")) if prompt is not None else "default"
         self.prompt_version = str(prompt.version) if prompt is not None else JUDGE_PROMPT_VERSION
         self.counters = {"judgements": 0, "calls": 0, "cache_hits": 0, "shared": 0, "unparsed": 0, "errors": 0}
@@ -274,7 +280,7 @@ class LLMJudge:
                 break
         if verdict is None:
             self.counters["unparsed"] += 1
-        return Verdict(verdict, raw, attempts=attempt)
+        return Verdict(verdict, raw if self.keep_raw else RAW_WITHHELD, attempts=attempt)
 
     async def judge(self, question: str, golds: list[str], prediction: str) -> Verdict:
         """The verdict for one prediction: from the cache when known, shared with an identical judgement in
@@ -286,7 +292,7 @@ class LLMJudge:
             hit = self.cache.get(key)
             if hit is not None:
                 self.counters["cache_hits"] += 1
-                return hit
+                return hit if self.keep_raw else replace(hit, raw=RAW_WITHHELD)
         while (pending := self._inflight.get(key)) is not None:
             try:
                 shared = await asyncio.shield(pending)
@@ -401,14 +407,16 @@ def describe_judge(cfg: Any, prompt: JudgePromptLike | None = None) -> dict[str,
                         api_key_env=(cfg.api_key_env or "") if cfg.backend == "openai" else None, prompt=prompt)
 
 
-def build_judge(cfg: Any, engine: InferenceEngine | None = None, prompt: JudgePromptLike | None = None) -> LLMJudge:
+def build_judge(cfg: Any, engine: InferenceEngine | None = None, prompt: JudgePromptLike | None = None,
+                keep_raw: bool = True) -> LLMJudge:
     """The judge a JudgeConfig describes (see module docstring); `engine` overrides the configured transport,
-    `prompt` (a JudgePromptLike, e.g. one of eval.judges.JUDGE_PROMPTS) the built-in prompt.
+    `prompt` (a JudgePromptLike, e.g. one of eval.judges.JUDGE_PROMPTS) the built-in prompt; `keep_raw=False`
+    keeps no judge output (see LLMJudge).
 
     An engine handed in is shared (not closed by `aclose`); a client or engine built here is owned.
     Raises ValueError for an unknown backend or an `openai` backend without `urls`."""
     common = dict(cache=_cache_path(cfg.cache), max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                  retries=cfg.retries, timeout_s=cfg.timeout_s, prompt=prompt)
+                  retries=cfg.retries, timeout_s=cfg.timeout_s, prompt=prompt, keep_raw=keep_raw)
     if engine is not None:
         return LLMJudge(engine, cfg.model, **common, backend=cfg.backend, owns_transport=False)
     check_choices(cfg, "agent.judge")

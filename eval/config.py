@@ -38,6 +38,7 @@ class EvalConfig:
     correct when that score is 1). `auto`: the judge when one is used, else the suite's first scorer."""
     write_plaintext: bool = False
     """Encrypted suites (xBench, BrowseComp) are decrypted in memory only: results.jsonl keeps ids, predictions and
-    scores but not the questions and gold answers, and no trajectories are saved. True writes them in clear."""
+    scores but not the questions, gold answers or the judge's output (which quotes the gold), the judge's cache
+    keeps verdicts without output, and no trajectories are saved. True writes them in clear."""
     tool_cache: bool = True
     """Cache tool results in the run folder (`tools.sqlite`), so a resumed or repeated run never re-queries the web."""

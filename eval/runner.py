@@ -67,15 +67,17 @@ def eval_temperature(cfg: Any) -> float:
 # -- the checkpoint -------------------------------------------------------------------------------
 # -- scoring ----------------------------------------------------------------------------------------
 async def score_sample(prediction: str | None, golds: list[str], question: str, *, scorers: list[str],
-                       judge: Any = None, primary: str = "em") -> dict[str, Any]:
-    """Scores, judge verdict and correctness of one prediction (what results.jsonl records)."""
+                       judge: Any = None, primary: str = "em", keep_raw: bool = True) -> dict[str, Any]:
+    """Scores, judge verdict and correctness of one prediction (what results.jsonl records). `keep_raw=False`
+    (an encrypted suite): no judge output, which can quote the gold answer, whatever the judge returned."""
     from eval.scorers import score_all
 
     out: dict[str, Any] = {"scores": score_all(prediction, golds, scorers), "judge": None}
     if judge is not None and prediction is not None and golds:
         verdict = await judge.judge(question, list(golds), prediction)
-        out["judge"] = {"correct": verdict.correct, "cached": verdict.cached, "attempts": verdict.attempts,
-                        "raw": verdict.raw[-500:]}
+        out["judge"] = {"correct": verdict.correct, "cached": verdict.cached, "attempts": verdict.attempts}
+        if keep_raw:
+            out["judge"]["raw"] = verdict.raw[-500:]
     if primary == "judge":
         out["correct"] = bool(out["judge"] and out["judge"]["correct"])
     else:
@@ -105,7 +107,8 @@ def _row(item: Any, sample: int, traj: Any, scored: dict[str, Any], seed: int) -
 async def run_samples(cfg: Any, run: Any, items: list[Any], *, engine: Any, workflow: Any,
                       judge: Any = None, on_sample: Any = None, plaintext: bool = True) -> list[dict[str, Any]]:
     """Play and score every missing (question, sample) pair; returns all rows of results.jsonl, in order.
-    `plaintext=False` (an encrypted suite): questions, gold answers and trajectories are not written."""
+    `plaintext=False` (an encrypted suite): questions, gold answers, the judge's output and trajectories are
+    not written (build the judge with `keep_raw=False` too, so that its cache holds none either)."""
     results = run.path / "results.jsonl"
     done = {(r["id"], r["sample"]) for r in read_rows(results)}
     todo = [(item, j) for item in items for j in range(cfg.eval.n) if (str(item.id), j) not in done]
@@ -118,7 +121,7 @@ async def run_samples(cfg: Any, run: Any, items: list[Any], *, engine: Any, work
         async with sem:
             traj = await workflow.arun_episode(engine, item, seed=seed, request_id=f"eval/{item.id}/{sample}")
             scored = await score_sample(traj.prediction, list(item.answers), item.question, scorers=scorers,
-                                        judge=judge, primary=primary)
+                                        judge=judge, primary=primary, keep_raw=plaintext)
         traj.meta.update(key=f"{item.id}/{sample}", sample=sample)
         row = _row(item, sample, traj, scored, seed)
         if plaintext:
@@ -151,9 +154,10 @@ def eval_workflow_config(cfg: Any, run: Any) -> Any:
     return cfg
 
 
-def build_eval_judge(cfg: Any, engine: Any = None) -> Any:
+def build_eval_judge(cfg: Any, engine: Any = None, *, keep_raw: bool = True) -> Any:
     """The LLM judge with the suite's published prompt (None when the run uses no judge). An embedded judge
-    that is the policy model itself reuses the policy engine instead of loading a second copy."""
+    that is the policy model itself reuses the policy engine instead of loading a second copy. `keep_raw=False`
+    (an encrypted suite without plaintext): the judge keeps none of its output, in memory or in its cache."""
     name = judge_prompt_name(cfg)
     if name is None:
         return None
@@ -165,4 +169,4 @@ def build_eval_judge(cfg: Any, engine: Any = None) -> Any:
     judge_cfg = cfg.agent.judge
     shared = (engine if judge_cfg.backend == "embedded" and cfg.engine.backend == "embedded"
               and judge_cfg.model == cfg.engine.model else None)
-    return build_judge(judge_cfg, engine=shared, prompt=JUDGE_PROMPTS[name])
+    return build_judge(judge_cfg, engine=shared, prompt=JUDGE_PROMPTS[name], keep_raw=keep_raw)

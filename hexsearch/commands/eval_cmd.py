@@ -92,14 +92,15 @@ async def _evaluate(cfg: Any, run: Any) -> dict[str, Any]:
         if not 1 <= k <= cfg.eval.n:
             raise UserError(f"eval.k: {k} is not between 1 and eval.n={cfg.eval.n} (Pass@k needs n >= k samples)")
     run_cfg = eval_workflow_config(cfg, run)
+    plaintext = cfg.eval.write_plaintext or not data.encrypted
     engine = build_engine(cfg.engine)
     workflow = make_workflow(run_cfg, world_dir=world)
-    judge = build_eval_judge(cfg, engine)
+    judge = build_eval_judge(cfg, engine, keep_raw=plaintext)
     try:
         with progress(f"eval {cfg.eval.suite}", total=len(data.items) * cfg.eval.n) as bar:
             rows = await run_samples(run_cfg, run, data.items, engine=engine, workflow=workflow, judge=judge,
                                      on_sample=lambda: bar.advance(1),
-                                     plaintext=cfg.eval.write_plaintext or not data.encrypted)
+                                     plaintext=plaintext)
     finally:
         await workflow.aclose()
         for obj in (judge, engine):
