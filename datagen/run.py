@@ -71,15 +71,27 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+ENGINE_RUNTIME_KEYS = ("urls", "device", "threads", "max_batch_size", "prefill_chunk_tokens", "kv_cache_gb",
+                      "prefix_cache_gb", "request_timeout_s", "tensor_parallel_size")
+"""`engine:` settings that say where and how fast the policy runs, not what it generates."""
+
+
 def run_settings(cfg: Any) -> dict[str, Any]:
-    """What must not change between a run and its resumption (not the targets: `--n` may grow)."""
+    """Every setting that changes what a run generates, so a resumption with other ones is refused (not the
+    targets and pace: `--n`, `max_items` and `concurrency` may change). The datagen models are in `datagen`;
+    with `search_check` the search agent adds the policy engine, the agent, its tools and the workflow."""
     from dataclasses import asdict
 
     dg = asdict(cfg.datagen)
     for key in ("out", "num_questions", "max_items", "concurrency"):
         dg.pop(key)
     world = asdict(cfg.world) if cfg.datagen.corpus == "world" else None
-    return {"datagen": dg, "world": world, "seed": cfg.run.seed}
+    settings = {"datagen": dg, "world": world, "seed": cfg.run.seed}
+    if cfg.datagen.search_check:
+        engine = {k: v for k, v in asdict(cfg.engine).items() if k not in ENGINE_RUNTIME_KEYS}
+        settings["search_agent"] = {"engine": engine, "agent": asdict(cfg.agent), "tools": asdict(cfg.tools),
+                                    "workflow": cfg.train.workflow}
+    return settings
 
 
 def load_seeds(path: str | Path, store: Any) -> list[Any]:

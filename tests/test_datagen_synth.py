@@ -300,3 +300,25 @@ def test_seed_questions_from_the_world_are_edited(world, tokenizer, tmp_path):
     bad.write_text(json.dumps({"question": "Who?", "answer": "Bo", "id": "s1"}) + "\n")
     with pytest.raises(Exception, match="seed 's1' needs its source pages"):
         load_seeds(bad, store)
+
+
+def test_the_resume_check_covers_every_setting_that_changes_the_output(tmp_path):
+    from datagen.run import _check_same_run, run_settings
+    from hexsearch.config import load_config
+
+    base = ["datagen.search_check=true"]
+    out = tmp_path / "qa"
+    _check_same_run(out, run_settings(load_config(None, base)))
+    for change, key in [("engine.model=tiny-random", "search_agent.engine.model"),
+                        ("engine.seed=7", "search_agent.engine.seed"),
+                        ("agent.temperature=0.3", "search_agent.agent.temperature"),
+                        ("agent.max_turns=2", "search_agent.agent.max_turns"),
+                        ("tools.index_dir=/elsewhere", "search_agent.tools.index_dir"),
+                        ("train.workflow=agent.workflow:SearchAgentWorkflow", "search_agent.workflow"),
+                        ("datagen.search_attempts=5", "datagen.search_attempts"), ("run.seed=3", "seed")]:
+        with pytest.raises(ValueError, match=rf"other settings \({re.escape(key)}\)"):
+            _check_same_run(out, run_settings(load_config(None, [*base, change])))
+    for pace in ["engine.urls=[http://127.0.0.1:9]", "engine.threads=3", "datagen.concurrency=2",
+                 "datagen.num_questions=99", "datagen.max_items=500"]:
+        _check_same_run(out, run_settings(load_config(None, [*base, pace])))  # where and how fast: resumable
+    assert "search_agent" not in run_settings(load_config(None, []))  # no search agent: its settings do not matter

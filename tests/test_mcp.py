@@ -256,6 +256,24 @@ async def test_streamable_http_with_bearer_token(http_server, monkeypatch):
     assert "could not start" in str(err.value) and "wrong-token-456" not in str(err.value)
 
 
+@pytest.mark.parametrize("url", ["http://example.org/mcp", "http://10.0.0.7:8000/mcp", "HTTP://[2001:db8::1]/mcp",
+                                 "http://127.0.0.1.example.org/mcp"])
+async def test_the_bearer_token_never_goes_over_plain_http_beyond_loopback(url, monkeypatch):
+    monkeypatch.setenv("FIXTURE_MCP_BEARER", "secret-token-789")
+    with pytest.raises(MCPError, match=r"refusing to send the bearer token .FIXTURE_MCP_BEARER. over plain HTTP") as err:
+        await open_mcp_tools(MCPServerConfig(name="far", url=url, bearer_token_env="FIXTURE_MCP_BEARER"), kw())
+    assert "secret-token-789" not in str(err.value)
+
+
+@pytest.mark.parametrize("url", ["https://example.org/mcp", "http://localhost:9/mcp", "http://127.0.0.2:9/mcp",
+                                 "http://[::1]:9/mcp"])
+def test_https_or_loopback_may_carry_the_token_and_no_token_needs_no_tls(url):
+    from tools.mcp_connection import MCPConnection
+
+    MCPConnection(MCPServerConfig(name="ok", url=url, bearer_token_env="FIXTURE_MCP_BEARER"))  # no error
+    MCPConnection(MCPServerConfig(name="open", url=url.replace("https:", "http:").replace("localhost", "example.org")))
+
+
 # -- whole episodes -------------------------------------------------------------------------------
 def tool_call(name: str, args: dict) -> str:
     import json

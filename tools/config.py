@@ -28,7 +28,8 @@ class MCPServerConfig:
     url: str = ""
     """Streamable HTTP transport: the server's MCP endpoint, e.g. http://127.0.0.1:8000/mcp."""
     bearer_token_env: str = ""
-    """HTTP transport: environment variable holding a bearer token sent as `Authorization`."""
+    """HTTP transport: environment variable holding a bearer token sent as `Authorization` (only over https://, or
+    plain http:// to a loopback host: a plain-HTTP URL elsewhere is refused, the token would cross in clear)."""
     tools: list[str] = field(default_factory=list)
     """Only these of the server's tools (empty: all of them)."""
     prefix: str = ""

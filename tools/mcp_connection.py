@@ -14,7 +14,9 @@ restarts it — one restart attempt per call, spaced by exponential backoff afte
 Protocol errors and `isError` results are permanent `ToolError`s. Every await on the server is
 bounded (connect_timeout_s to start, call_timeout_s per call, on top of BaseTool's own timeout).
 
-Secrets. env_passthrough values and the bearer token reach only the server; `scrub` removes them
+Secrets. env_passthrough values and the bearer token reach only the server; the token goes over HTTPS, or
+over plain HTTP only to a loopback host (anyone on the path could read it otherwise: refused at
+construction), and redirects are not followed (they could carry it elsewhere); `scrub` removes them
 (and the usual *KEY*/*TOKEN* variables, via `core.log.redact`) from every log line and error text.
 The server's stderr is drained by a thread into debug logs, keeping a short tail for error messages.
 """
@@ -22,6 +24,7 @@ The server's stderr is drained by a thread into debug logs, keeping a short tail
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import threading
 import time
@@ -93,6 +96,26 @@ def server_label(server: MCPServerConfig) -> str:
     return urlsplit(server.url).hostname or "mcp"
 
 
+def _loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address (127.0.0.0/8, ::1): traffic that never leaves this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_token_transport(server: MCPServerConfig, name: str) -> None:
+    """MCPError when the server's bearer token would cross a network in clear (plain HTTP, non-loopback host)."""
+    if not (server.url and server.bearer_token_env):
+        return
+    parts = urlsplit(server.url)
+    if parts.scheme.lower() == "http" and not _loopback_host(parts.hostname or ""):
+        raise MCPError(f"MCP server '{name}': refusing to send the bearer token ({server.bearer_token_env}) over "
+                       f"plain HTTP to {parts.hostname or '?'}; use an https:// URL (plain HTTP is for loopback)")
+
+
 class MCPConnection:
     """One connection to one MCP server (stdio subprocess or streamable HTTP); see the module docstring."""
 
@@ -102,6 +125,7 @@ class MCPConnection:
         self.name = server_label(server)
         if bool(server.command) == bool(server.url):
             raise MCPError(f"MCP server '{self.name}': set exactly one of `command` (stdio) or `url` (HTTP)")
+        _check_token_transport(server, self.name)
         self.call_timeout_s = call_timeout_s
         self.restart_backoff_s = restart_backoff_s
         self.restart_backoff_max_s = restart_backoff_max_s
@@ -273,7 +297,7 @@ class MCPConnection:
             self._secrets.add(token)
             headers["Authorization"] = f"Bearer {token}"
         timeout = httpx2.Timeout(self.server.connect_timeout_s, read=max(self.call_timeout_s, 60.0))
-        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as client:
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False) as client:
             async with streamable_http_client(self.server.url, http_client=client) as streams:
                 yield streams
 
