@@ -51,6 +51,7 @@ RANGES: dict[str, tuple[float, float | None, bool]] = {
     "agent.aug_answer_weight": (0, 1, True),
     "world.entities": (20, None, True),
     "world.max_hops": (1, 4, True),
+    "world.lineage_length": (2, 64, True),
     "train.eps_clip": (0, 1, False),
     "datagen.max_solver_accuracy": (0, 1, True),
     "datagen.dedup_threshold": (0, 1, False),

@@ -7,7 +7,8 @@
 Modules, in the order the generator uses them: `names` (syllable names, vocabularies), `graph`
 (entities, functional relations, attributes), `templates` (the wording of every fact), `render`
 (articles + which page states which fact), `phrases` + `questions` (bridge and comparison
-questions with their evidence chains and splits), `generate` (files, summary, cache), and
+questions with their evidence chains and splits), `lineage` (questions that need N searches along a
+chain of masters), `generate` (files, summary, cache), and
 `reader` (reads facts back from the text to verify questions). See docs/world.md.
 """
 
@@ -37,6 +38,16 @@ def resolve_world(cfg) -> Path:
 
     settings = {"entities": cfg.entities, "max_hops": cfg.max_hops, "min_hops": cfg.min_hops,
                 "short_articles": cfg.short_articles, "questions_per_entity": cfg.questions_per_entity}
+    recorded = dict(settings)  # world.json's "config" for these settings
+    if cfg.lineages:
+        from world.generate import asked_depths
+        from world.lineage import DEFAULT_DEPTHS
+
+        # the default depths are cut to the lineage length (as on the command line); others are taken as given
+        depths = None if list(cfg.lineage_depths) == list(DEFAULT_DEPTHS) else list(cfg.lineage_depths)
+        settings.update(lineages=cfg.lineages, lineage_length=cfg.lineage_length, lineage_depths=depths)
+        recorded.update(lineages=cfg.lineages, lineage_length=cfg.lineage_length,
+                        lineage_depths=list(asked_depths(cfg.lineage_length, depths)))
     if not cfg.out:
         if list(cfg.splits) != [0.8, 0.1, 0.1]:
             raise ValueError("world.splits other than [0.8, 0.1, 0.1] need an explicit world.out folder")
@@ -45,7 +56,7 @@ def resolve_world(cfg) -> Path:
     marker = out / "world.json"
     if marker.exists():
         summary = json.loads(marker.read_text(encoding="utf-8"))
-        wanted = {**settings, "splits": list(cfg.splits)}
+        wanted = {**recorded, "splits": list(cfg.splits)}
         if (summary.get("version") == GENERATOR_VERSION and summary.get("seed") == cfg.seed
                 and summary.get("config") == wanted):
             return out

@@ -25,3 +25,9 @@ class WorldConfig:
     """Questions to generate per entity (fewer come out when a small world cannot support them)."""
     splits: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
     """Train/dev/test fractions; questions are split by their start entity, so dev/test start from unseen entities."""
+    lineages: int = 0
+    """Number of lineages of masters for the long-horizon "lineage" questions (0: none, and the world is exactly the one without them)."""
+    lineage_length: int = 32
+    """People per lineage, founder included (2-64); a lineage question needs up to this many searches."""
+    lineage_depths: list[int] = field(default_factory=lambda: [2, 4, 8, 16, 32])
+    """The N asked from each lineage (each 2..lineage_length): one question per N, starting N-1 masters below the founder. This default list is cut to lineage_length."""

@@ -13,7 +13,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from world.names import EVENT_KINDS, ORG_KINDS, PROFESSIONS, TERRAINS, WORK_KINDS, NameMaker
+from world.names import EVENT_KINDS, LINEAGE_CRAFTS, ORG_KINDS, PROFESSIONS, TERRAINS, WORK_KINDS, NameMaker
 
 BASE_URL = "https://hexwiki.test/wiki/"
 TYPES = ("person", "city", "region", "organisation", "work", "event")
@@ -32,6 +32,7 @@ RELATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "published_by": (("work",), "organisation"),
     "took_place_in": (("event",), "city"),
     "organised_by": (("event",), "organisation"),
+    "trained_under": (("person",), "person"),  # lineage people only: the master; a founder has none
 }
 # attribute -> value kind: year | num (thousands separators) | word (lowercase) | name (capitalised)
 ATTRIBUTES = {"born": "year", "died": "year", "founded": "year", "year": "year", "population": "num",
@@ -57,6 +58,8 @@ class Entity:
     pronoun: str = "It"
     attrs: dict[str, int | str] = field(default_factory=dict)
     rels: dict[str, int] = field(default_factory=dict)
+    lineage: int | None = None
+    """Index of the lineage of masters this person belongs to; None for the encyclopedia's own entities."""
 
     @property
     def url(self) -> str:
@@ -69,14 +72,17 @@ class World:
 
     seed: int
     entities: list[Entity]
+    lineages: list[list[int]] = field(default_factory=list)
+    """Each lineage's member ids, founder first; its people come after every other entity."""
     inverse: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     _by_type: dict[str, list[Entity]] = field(default_factory=dict, repr=False)
 
     def of_type(self, kind: str) -> list[Entity]:
-        """Entities of one type, in id order (cached: the world is not changed after building)."""
+        """Entities of one type, in id order, lineage people left out: no other page mentions them and
+        other questions never start from them (cached: the world is not changed after building)."""
         if not self._by_type:
             for t in TYPES:
-                self._by_type[t] = [e for e in self.entities if e.type == t]
+                self._by_type[t] = [e for e in self.entities if e.type == t and e.lineage is None]
         return self._by_type[kind]
 
     def text(self, e: Entity, fld: str) -> str:
@@ -108,8 +114,10 @@ def _counts(n: int) -> dict[str, int]:
     return counts
 
 
-def build_graph(n: int, seed: int) -> World:
-    """Draw `n` entities and their relations. Raises ValueError for n below MIN_ENTITIES."""
+def build_graph(n: int, seed: int, lineages: int = 0, lineage_length: int = 32) -> World:
+    """Draw `n` entities and their relations, then `lineages` lineages of `lineage_length` masters
+    (drawn after everything else, from their own RNG, so they leave the other entities unchanged).
+    Raises ValueError for n below MIN_ENTITIES."""
     if n < MIN_ENTITIES:
         raise ValueError(f"a world needs at least {MIN_ENTITIES} entities, got {n}")
     rng = random.Random(f"hexworld:{seed}:graph")
@@ -186,7 +194,35 @@ def build_graph(n: int, seed: int) -> World:
             e.rels["organised_by"] = rng.choice(organisers).id
 
     world = World(seed=seed, entities=ents)
+    world.lineages = [_lineage(ents, names, random.Random(f"hexworld:{seed}:lineage:{i}"), i, lineage_length, craft)
+                      for i, craft in enumerate(_crafts(random.Random(f"hexworld:{seed}:crafts"), lineages))]
     for e in ents:
         for rel, obj in e.rels.items():
             world.inverse.setdefault((rel, obj), []).append(e.id)
     return world
+
+
+def _crafts(rng: random.Random, lineages: int) -> list[str]:
+    """The craft of each lineage: a few crafts, each shared by about four lineages or more, so that a
+    craft never singles out one lineage (searching for "the founding glassblower" finds several)."""
+    kinds = rng.sample(LINEAGE_CRAFTS, max(1, min(len(LINEAGE_CRAFTS), lineages // 4)))
+    return [kinds[i % len(kinds)] for i in range(lineages)]
+
+
+def _lineage(ents: list[Entity], names: NameMaker, rng: random.Random, index: int, length: int, craft: str) -> list[int]:
+    """Append one lineage of `length` people (founder first, each the pupil of the one before) to `ents`.
+
+    A pupil is born 12-26 years after the master, whom the pupil outlives or who lives at least 20
+    years past the pupil's birth; the last pupil is born 1850-1980, so the founder stays after 200."""
+    gaps = [rng.randint(12, 26) for _ in range(length - 1)]
+    born = rng.randint(1850, 1980) - sum(gaps)
+    ids: list[int] = []
+    for i in range(length):
+        gap = gaps[i] if i < len(gaps) else 0
+        e = Entity(id=len(ents), type="person", name=names.person(), pronoun=rng.choice(("He", "She")),
+                   attrs={"born": born, "died": born + rng.randint(max(45, gap + 20), 90), "profession": craft},
+                   lineage=index, rels={"trained_under": ids[-1]} if ids else {})
+        ents.append(e)
+        ids.append(e.id)
+        born += gap
+    return ids

@@ -73,6 +73,10 @@ PROFESSIONS = ("cartographer", "astronomer", "stonemason", "glassblower", "physi
                "lawyer", "merchant", "sculptor", "violinist", "chemist", "diplomat", "engineer", "geologist",
                "tailor", "brewer", "printer", "historian", "mathematician", "potter", "jeweller", "navigator")
 
+# Crafts of the lineages of masters (each is also a profession above).
+LINEAGE_CRAFTS = ("glassblower", "stonemason", "weaver", "potter", "clockmaker", "engraver", "bookbinder",
+                  "shipwright")
+
 # Organisation kind -> name forms ("{}" is a fresh stem). Kinds that publish a work kind come first.
 ORG_NAME_FORMS = {
     "publishing house": ("{} Press", "{} Books"),

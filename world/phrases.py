@@ -92,3 +92,11 @@ def wordings(table: dict, key: str, kind: str, plain: bool) -> tuple[str, ...]:
     """Wordings for `key` (or `key:kind` where the work kind matters); `plain`: {x} is just a name."""
     nested, name_only = table[key] if key in table else table[f"{key}:{kind}"]
     return nested + name_only if plain else nested
+
+# Lineage questions: {x} is the start member; the answer is the founder of {x}'s line of masters.
+LINEAGE_Q: tuple[str, ...] = (
+    "{x} learned the craft from a master, who learned it from another, and so on. Who started this line of masters?",
+    "{x} trained under a master, who had trained under another master, and so on back. Who founded this line?",
+    "Follow the masters of {x} back: {x}'s master, that master's master, and so on. Who started the line?",
+    "Who founded the line of masters to which {x} belongs?",
+)

@@ -59,6 +59,11 @@ class Question:
     def hops(self) -> int:
         return len(self.chain)
 
+    def row_fields(self) -> dict:
+        """The family fields of a QA row: the family (bridge, comparison, lineage), its size parameter
+        `n` (hops; N for lineage) and the fewest searches a reader needs (one per chain page)."""
+        return {"family": self.qtype, "n": self.hops, "min_searches": self.hops}
+
 
 def split_entities(world: World, fractions: tuple[float, float, float]) -> dict[int, str]:
     """Entity id -> split: per type, a seeded shuffle cut by the (train, dev, test) fractions."""
@@ -187,7 +192,7 @@ def make_questions(world: World, stated_by: dict[tuple[int, str], set[int]], tot
     out: list[Question] = []
     n_train = total - sum(round(total * f) for f in fractions[1:])
     for split, quota in zip(SPLITS, (n_train, round(total * fractions[1]), round(total * fractions[2])), strict=True):
-        pool = [e for e in world.entities if split_of[e.id] == split]
+        pool = [e for e in world.entities if split_of.get(e.id) == split]  # lineage people: none
         if not pool or quota <= 0:
             continue
         cap = max(3, math.ceil(2.5 * quota / len(pool)))  # questions per start entity

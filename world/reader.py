@@ -19,7 +19,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from world.templates import ALL, PRONOUNS, Template, split_names
+from world.templates import ALL, NO_ONE, PRONOUNS, Template, split_names
 
 _SENTENCE_END = re.compile(r"(?<=\.)\s+(?=[A-Z])")
 
@@ -77,7 +77,7 @@ class Reader:
                 return None
             facts.append(Fact(names[slot.var][0], slot.field, value, url, sentence))
         for subj, _, fld, obj in t.extra_facts:
-            facts += [Fact(s, fld, names[obj][0], url, sentence) for s in names[subj]]
+            facts += [Fact(s, fld, names[obj][0] if obj else NO_ONE, url, sentence) for s in names[subj]]
         return facts
 
     def read_page(self, url: str, contents: str) -> tuple[list[Fact], list[str]]:
@@ -128,7 +128,9 @@ def solve(program: dict, kb: FactBase, allowed: Container[str] | None = None) ->
     """Follow the program through the allowed pages' facts; None when a needed fact is missing.
 
     program = {"sides": [{"start": name, "path": [relation, ...]}, ...], "attribute": field | None,
-               "compare": "min" | "max" (comparison questions only)}
+               "compare": "min" | "max" (comparison questions only),
+               "follow": relation (lineage questions only: after the path, follow the relation until
+                         a page states it has no object, NO_ONE; that entity is the end)}
     """
     evidence: list[Fact] = []
     ends = []
@@ -140,6 +142,16 @@ def solve(program: dict, kb: FactBase, allowed: Container[str] | None = None) ->
                 return None
             evidence.append(f)
             name = f.value
+        if "follow" in program:
+            seen = {name}
+            while (f := kb.get(name, program["follow"], allowed)) is not None and f.value != NO_ONE:
+                if f.value in seen:  # a cycle has no end
+                    return None
+                evidence.append(f)
+                seen.add(name := f.value)
+            if f is None:  # the line's end is not known from these pages
+                return None
+            evidence.append(f)
         ends.append(name)
     attr = program.get("attribute")
     values = []
@@ -184,9 +196,11 @@ def read_world(world_dir: str | Path) -> tuple[dict[str, str], FactBase, list[st
     return pages, FactBase(facts), unread
 
 
-def check_question(row: dict, pages: dict[str, str], kb: FactBase) -> list[str]:
+def check_question(row: dict, pages: dict[str, str], kb: FactBase, mentions: dict[str, set[str]] | None = None
+                   ) -> list[str]:
     """Problems with one QA row (empty when it is sound): answerable from exactly its chain,
-    no chain page dispensable, and no bridge entity named in the question."""
+    no chain page dispensable, and no bridge entity named in the question; for a lineage question
+    also the rules of `_lineage_problems` (`mentions`: a `mention_index(pages)`, built if not given)."""
     chain, program, problems = row["chain"], row["program"], []
     if len(chain) != row["hops"] or len(set(chain)) != len(chain):
         problems.append(f"chain of {len(chain)} pages for {row['hops']} hops")
@@ -202,6 +216,46 @@ def check_question(row: dict, pages: dict[str, str], kb: FactBase) -> list[str]:
         title = pages[url].partition("\n")[0]
         if title not in starts and re.search(rf"\b{re.escape(title)}\b", row["question"]):
             problems.append(f"bridge entity {title!r} named in the question")
+    if "follow" in program:
+        problems += _lineage_problems(row, pages, kb, mentions if mentions is not None else mention_index(pages))
+    return problems
+
+
+def mention_index(pages: dict[str, str]) -> dict[str, set[str]]:
+    """Capitalised word -> URLs of the pages whose text contains it. Every name word is used by one
+    entity only, so the pages that contain a person's first name word are the pages that mention the person."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for url, contents in pages.items():
+        for word in set(re.findall(r"\b[A-Z][a-z]+\b", contents)):
+            out[word].add(url)
+    return out
+
+
+def _lineage_problems(row: dict, pages: dict[str, str], kb: FactBase, mentions: dict[str, set[str]]) -> list[str]:
+    """A lineage question's extra rules: each member's master is stated on the member's own page only,
+    and a member is mentioned only on their own page and on their one pupil's page (so no page off the
+    chain names a chain member, except the start's pupil naming the start, and the founder's name is on
+    the founder's and the founder's pupil's pages alone)."""
+    problems = []
+    follow = row["program"]["follow"]
+    url_of = {contents.partition("\n")[0]: url for url, contents in pages.items()}
+    pupils: dict[str, list[str]] = defaultdict(list)
+    for (subject, fld), facts in kb.index.items():
+        if fld == follow:
+            for f in facts:
+                pupils[f.value].append(subject)
+    for url in row["chain"]:
+        title = pages[url].partition("\n")[0]
+        stated = {f.url for f in kb.index.get((title, follow), ())}
+        if stated != {url} or len(kb.index[(title, follow)]) != 1:
+            problems.append(f"the master of {title!r} is stated {len(kb.index.get((title, follow), ()))} times, "
+                            f"on {sorted(stated)}, not once on its own page")
+        if len(set(pupils[title])) > 1:
+            problems.append(f"{title!r} has {len(set(pupils[title]))} pupils: lineages must not branch or share members")
+        allowed = {url, *(url_of.get(p) for p in pupils[title])}
+        extra = sorted(mentions.get(title.split()[0], set()) - allowed)
+        if extra:
+            problems.append(f"chain member {title!r} is mentioned on {len(extra)} other page(s), e.g. {extra[0]}")
     return problems
 
 
@@ -209,6 +263,7 @@ def verify_world(world_dir: str | Path, files: Iterable[str] = ("qa_train.jsonl"
                  ) -> dict:
     """Check every question of a world folder from its text alone; returns counts and problems."""
     pages, kb, unread = read_world(world_dir)
+    mentions = mention_index(pages)
     report: dict = {"pages": len(pages), "unread_sentences": len(unread), "conflicts": len(kb.conflicts()),
                     "questions": 0, "sound": 0, "problems": []}
     for name in files:
@@ -216,7 +271,7 @@ def verify_world(world_dir: str | Path, files: Iterable[str] = ("qa_train.jsonl"
             for line in fh:
                 row = json.loads(line)
                 report["questions"] += 1
-                problems = check_question(row, pages, kb)
+                problems = check_question(row, pages, kb, mentions)
                 report["sound"] += not problems
                 report["problems"] += [f"{row['id']}: {p}" for p in problems]
     report["problems"] += [f"unread sentence: {s!r}" for s in unread[:20]]

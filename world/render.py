@@ -77,8 +77,8 @@ class _Writer:
                 self.facts.append((ent.id, part.field))
         for subj, many, fld, obj in t.extra_facts:
             for s in bind[subj] if many else [bind[subj]]:
-                if s.rels.get(fld) != bind[obj].id:  # a template may only state what is true
-                    raise AssertionError(f"{t.key}: {s.name} {fld} is not {bind[obj].name}")
+                if s.rels.get(fld) != (bind[obj].id if obj else None):  # a template may only state what is true
+                    raise AssertionError(f"{t.key}: {s.name} {fld} is not {bind[obj].name if obj else 'nothing'}")
                 self.facts.append((s.id, fld))
         return "".join(out)
 
@@ -95,6 +95,8 @@ class _Writer:
 def render_page(world: World, e: Entity, short: bool = False) -> Page:
     """The article of `e`; `short` keeps only the lead paragraph (the entity's own facts)."""
     w = _Writer(world, e, short)
+    if e.lineage is not None:  # always short: nothing else on it, and no other page names these people
+        return Page(entity=e, paragraphs=[" ".join(_lineage_lead(w))], facts=w.facts)
     paragraphs = [" ".join(s for s in _LEAD[e.type](w) if s)]
     if not short:
         paragraphs += [" ".join(p) for p in _MORE[e.type](w) if p]
@@ -131,6 +133,13 @@ def _person_more(w: _Writer) -> list[list[str]]:
     if museums and w.maybe(0.25):
         p3.append(w.say("person.portrait", O=w.rng.choice(museums)))
     return [p2, p3]
+
+
+def _lineage_lead(w: _Writer) -> list[str]:
+    out = [w.say("lineage.lead")]
+    if "S.died" not in w.last.text:
+        out.append(w.say("person.died"))
+    return out + [w.say("lineage.master" if "trained_under" in w.e.rels else "lineage.founder")]
 
 
 def _city_lead(w: _Writer) -> list[str]:

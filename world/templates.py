@@ -13,7 +13,8 @@ what an article does and does not state. Slot syntax:
     {_k}       filler (never a fact); k starts with year, num, word or name
 
 `facts` adds facts that no slot shows: "P+.born_in=S" on "Notable people born in {S} include {P+}."
-states that each P was born in S. Templates are grouped; all templates in a group take the same
+states that each P was born in S; "S.trained_under=" (nothing after "=") states that S has no
+object for the field, which is read back as the value NO_ONE (a lineage's founder had no master). Templates are grouped; all templates in a group take the same
 entities, so the renderer can pick any of them for variety.
 """
 
@@ -28,6 +29,8 @@ from world.graph import ATTRIBUTES, RELATIONS
 NAME = r"[A-Z][a-z]+(?: (?:[A-Z][a-z]+|of|from))*"
 VALUE = {"year": r"\d{3,4}", "num": r"\d{1,3}(?:,\d{3})*", "word": r"[a-z]+(?:[ -][a-z]+)*?", "name": r"[A-Z][a-z]+"}
 PRONOUNS = ("He", "She", "It")
+NO_ONE = "no one"
+"""The value of a fact that says a field has no object ("trained under no one": a lineage's founder)."""
 _SLOT = re.compile(r"\{(a:)?([A-Z]\d?|_[a-z]+\d?)(\+)?(?:\.([a-z_]+))?\}")
 
 
@@ -122,6 +125,15 @@ GROUPS: dict[str, list[Template]] = {
                        "{S} was a close friend of {O}, who was born in {O.born_in}."),
     "person.rival": T("person.rival", "{S} was a rival of {O}.", "{S} often quarrelled with {O}."),
     "person.portrait": T("person.portrait", "A portrait of {S} hangs in {O}.", "{O} holds a portrait of {S}."),
+    # --- lineages of masters (their people have only these short articles) ------------------------------
+    "lineage.lead": T("lineage.lead", "{S} was {a:S.profession} born in {S.born}.",
+                      "Born in {S.born}, {S} worked as {a:S.profession}.", "{S} ({S.born}–{S.died}) was {a:S.profession}."),
+    "lineage.master": T("lineage.master", "{S} trained under {S.trained_under}.",
+                        "{S} learned the craft from {S.trained_under}.", "{S} was apprenticed to {S.trained_under}.",
+                        "{S} studied under {S.trained_under}."),
+    "lineage.founder": T("lineage.founder", "{S} trained under no one and started a line of masters.",
+                         "{S} was self-taught and founded a line of masters.",
+                         "{S} had no master and began a new line of masters.", facts=("S.trained_under=",)),
     # --- cities -------------------------------------------------------------------------------------
     "city.lead": T("city.lead", "{S} is a city in {S.located_in}.", "{S} is a city in the region of {S.located_in}.",
                    "{S} is a town in {S.located_in}."),

@@ -19,7 +19,8 @@ def run_generate(out: Path, **kw) -> tuple[dict, float]:
     from world import generate_world, work_units
 
     start = time.perf_counter()
-    total = work_units(kw.get("entities", 400), kw.get("questions_per_entity", 3.0))
+    total = work_units(kw.get("entities", 400), kw.get("questions_per_entity", 3.0), kw.get("lineages", 0),
+                       kw.get("lineage_length", 32), kw.get("lineage_depths"))
     with progress("building the world", total=total) as bar:
         def tick(n: int, stage: str) -> None:
             bar.update(description=stage)
@@ -55,6 +56,10 @@ def print_summary(summary: dict, out: Path, seconds: float | None = None) -> Non
     qs.add_row("all", *(str(q["by_type"][k]) for k in kinds), str(q["total"]))
     console.print(ents)
     console.print(qs)
+    if "lineage" in q.get("by_family", {}):
+        by_n = ", ".join(f"N={k.split('-')[1]} {v}" for k, v in q["by_family_n"].items() if k.startswith("lineage-"))
+        console.print(f"lineage questions: {by_n} ({summary['lineage_people']} people in "
+                      f"{summary['config']['lineages']} lineages of {summary['config']['lineage_length']})")
     splits = ", ".join(f"{s} {q['by_split'].get(s, 0)}" for s in ("train", "dev", "test"))
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     console.print(f"splits: {splits}; {summary['pages']} pages, {summary['passages']} passages; seed {summary['seed']}")
@@ -82,17 +87,27 @@ def pick_samples(rows: list[dict], n: int, min_hops: int = 1) -> list[dict]:
     return (firsts + rest)[:n]
 
 
+SHOWN_ENDS = 3
+"""A long chain is printed as its first and last SHOWN_ENDS pages (a lineage of 32 would fill the screen)."""
+
+
 def print_samples(world_dir: Path, rows: list[dict]) -> None:
     """Each question, its answer, and the sentence on each chain page that the answer rests on."""
     from world.reader import read_world, solve
 
     pages, kb, _ = read_world(world_dir)
     for r in rows:
-        typer.echo(f"\n[{r['id']}] {r['hops']}-hop {r['type']}: {r['question']}")
+        size = f"N={r['n']} ({r['min_searches']} searches)" if r.get("family") == "lineage" else f"{r['hops']}-hop"
+        typer.echo(f"\n[{r['id']}] {size} {r['type']}: {r['question']}")
         typer.echo(f"  answer: {r['answer']}" + (f"  (also: {', '.join(r['aug_answer'][1:])})"
                                                  if len(r.get("aug_answer", [])) > 1 else ""))
         got = solve(r["program"], kb, set(r["chain"]))
-        for i, url in enumerate(r["chain"], 1):
+        chain = r["chain"]
+        for i, url in enumerate(chain, 1):
+            if SHOWN_ENDS < i <= len(chain) - SHOWN_ENDS:
+                if i == SHOWN_ENDS + 1:
+                    typer.echo(f"  ... {len(chain) - 2 * SHOWN_ENDS} more pages, each naming the next master ...")
+                continue
             typer.echo(f"  {i}. {url}")
             for fact in (got.evidence if got else []):
                 if fact.url == url:
@@ -110,16 +125,25 @@ def generate(
     easy: bool = typer.Option(False, "--easy", help="The CPU-scale task: --max-hops 1 --short-articles."),
     questions_per_entity: float = typer.Option(3.0, "--questions-per-entity", help="Questions per entity."),
     splits: str = typer.Option("0.8,0.1,0.1", "--splits", help="Train,dev,test fractions (by start entity)."),
+    lineages: int = typer.Option(0, "--lineages", help="Lineages of masters for lineage questions (0: none)."),
+    lineage_length: int = typer.Option(32, "--lineage-length", help="People per lineage, founder included (2-64)."),
+    lineage_depths: str = typer.Option("", "--lineage-depths",
+                                       help="The N asked per lineage, e.g. 2,4,8 (default: 2,4,8,16,32 up to the length)."),
 ) -> None:
     try:
         fractions = tuple(float(x) for x in splits.split(","))
     except ValueError as e:
         raise UserError(f"--splits must be three comma-separated numbers like 0.8,0.1,0.1, got {splits!r}") from e
+    try:
+        depths = [int(x) for x in lineage_depths.split(",")] if lineage_depths else None
+    except ValueError as e:
+        raise UserError(f"--lineage-depths must be comma-separated whole numbers like 2,4,8, got {lineage_depths!r}") from e
     if easy:
         max_hops, min_hops, short_articles = 1, 1, True
     summary, seconds = run_generate(out, entities=entities, seed=seed, max_hops=max_hops, min_hops=min_hops,
                                     short_articles=short_articles, questions_per_entity=questions_per_entity,
-                                    splits=fractions)
+                                    splits=fractions, lineages=lineages, lineage_length=lineage_length,
+                                    lineage_depths=depths)
     from core.progress import quiet
 
     if quiet():
