@@ -26,7 +26,8 @@ every sequence of a step shares once (in `fixed`, with the optimizer step). The 
     t_comp = (6 + 2 [recompute_prox]) P T / (n F mfu_train) x (1 + (pp-1)/m)   (m micro-batches per rank)
     t_tp   = (T/dp) (L/pp) 4 h 2 x 2 (tp-1)/tp / (B_intra e_link)
     t_dp   = 3 x 2 P/(tp pp) x (dp-1)/dp / (B_dp e_link)                   (FSDP: reduce-scatter + 2 all-gathers)
-    memory = 16 P / n (sharded) or 16 P / (tp pp) (replicated) + activations <= M f_mem
+    memory = 16 P / n (sharded) or 16 P / (tp pp) (replicated) + gathered units + activations + logits <= M f_mem
+             (trainer/planner/memory.py)
 Weight sync: tau_sync = P s / (B_sync e_link) + weight_load_s, with B_sync the narrowest link from the
 trainer to any engine (phase 2 measures it on the placement).
 """
@@ -173,14 +174,23 @@ def _tail_ratio(w: WorkloadSpec) -> float:
     return max(w.response_tokens_p99 / w.response_tokens_mean, 1.0) if w.response_tokens_mean > 0 else 1.0
 
 
-def train_memory_gb(m: ModelSpec, cfg: PlanConfig, dp: int, tp: int, pp: int) -> float:
-    """Per-device memory of training: 16 bytes/param of weights, grads and Adam state (sharded over all
-    devices, or over tp x pp only) + checkpointed activations (one layer input per layer per micro-batch token)
-    + one layer's working set (34 h bytes per token / tp)."""
-    p = m.params_b * 1e9
-    state = 16 * p / (dp * tp * pp if cfg.shard_optimizer else tp * pp)
-    act = cfg.micro_batch_tokens * m.hidden * 2 * (m.layers / pp) + 34 * cfg.micro_batch_tokens * m.hidden / tp
-    return (state + act) / 1e9
+def policy_fraction(w: WorkloadSpec) -> float:
+    """f: the fraction of a trajectory's trained tokens that are policy (generated) tokens."""
+    total = tokens_per_trajectory(w)
+    return min(1.0, w.response_tokens_mean / total) if total > 0 else 1.0
+
+
+def train_memory_gb(m: ModelSpec, cfg: PlanConfig, dp: int, tp: int, pp: int, w: WorkloadSpec | None = None) -> float:
+    """Per-device memory of training (trainer/planner/memory.py, term by term): 16 bytes/param of weights, grads
+    and Adam state (sharded over all devices, or over tp x pp only), the gathered root unit and layers (sharded),
+    DDP's gradient buckets (replicated), checkpointed activations and one layer's working set, and the fp32 logits
+    at the workload's policy tokens (all policy tokens without a workload)."""
+    from trainer.planner.memory import learner_memory
+
+    mem = learner_memory(m, strategy="fsdp2" if cfg.shard_optimizer else "ddp", ranks=dp,
+                         micro_batch_tokens=cfg.micro_batch_tokens, checkpointing=True,
+                         policy_fraction=policy_fraction(w) if w is not None else 1.0, tp=tp, pp=pp)
+    return mem.total / 1e9
 
 
 def train_step_s(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: PlanConfig, dp: int, tp: int, pp: int,
@@ -220,7 +230,7 @@ def train_options(name: str, g: GpuType, pools: list[NodePool], m: ModelSpec, w:
                 n = dp * tp * pp
                 if n > 8 * gpn and n % gpn:  # beyond eight nodes, whole nodes only (keeps the MILP small)
                     continue
-                mem = train_memory_gb(m, cfg, dp, tp, pp)
+                mem = train_memory_gb(m, cfg, dp, tp, pp, w)
                 if mem > g.hbm_gb * cfg.memory_fraction:
                     continue
                 dp_gbps = g.intra_node_gbps if n <= gpn else nic

@@ -114,6 +114,12 @@ class ModelSpec:
     """KV-cache bytes per token: 2 (K and V) x layers x kv_heads x head_dim x bytes per element."""
     bytes_per_param: float = 2.0
     """Bytes per parameter of the weights engines hold and weight sync sends (2 for bf16)."""
+    vocab: int = 0
+    """Vocabulary size (the learner's fp32 logits; 0: the logits term is left out)."""
+    intermediate: int = 0
+    """MLP (intermediate) size (a layer's activations; 0: 4 x hidden)."""
+    tied_embeddings: bool = False
+    """The lm_head shares the input embeddings (one vocab x hidden matrix instead of two)."""
 
 
 @dataclass
