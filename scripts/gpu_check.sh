@@ -8,7 +8,10 @@
 #      managed vLLM server (train.weight_transfer=adapter); with 2+ GPUs (NCCL refuses two ranks on one GPU)
 #      train.weight_transfer=nccl through vLLM's weight-transfer engine (needs vllm importable by $PY: the
 #      gpu extra) and through SGLang (when $HEXSEARCH_SGLANG_PYTHON names a Python with SGLang)
-# and prints their RESULT lines. Needs `make setup` and vLLM for GPUs in .venv-vllm (scripts/setup_vllm.sh,
+#   4. one step of the ASearcher-7B recipe's shape (configs/asearcher-local-7b-1node.yaml: managed vLLM servers,
+#      FSDP2 learner ranks, the recipe's loss, packing, precision and checkpointing) with the small model on the
+#      world's questions and index, sized to this machine's GPUs; its `--dry-run` first (RESULT gpu_asearcher_shape)
+# and prints their RESULT lines (all named RESULT gpu_*). Needs `make setup` and vLLM for GPUs in .venv-vllm (scripts/setup_vllm.sh,
 # run here when it is missing). Exit status 2: no GPU on this machine.
 #
 #   bash scripts/gpu_check.sh [extra hexsearch train overrides...]
@@ -37,7 +40,7 @@ RUN=gpu-check-$(date +%Y%m%d-%H%M%S)
   train.learner.strategy=fsdp2 train.learner_workers="$LEARNERS" train.engine_replicas=1 \
   train.steps=5 train.eval_questions=32 train.save_every=2 train.time_budget_min=10 run.name="$RUN" "$@" \
   | tee "/tmp/$RUN.log"
-echo "RESULT gpu_check learners=$LEARNERS gpus=$NGPU $(grep -o 'dev_reward_before=.*' "/tmp/$RUN.log" | tail -1)"
+echo "RESULT gpu_check_quickstart learners=$LEARNERS gpus=$NGPU $(grep -o 'dev_reward_before=.*' "/tmp/$RUN.log" | tail -1)"
 "$PY" - "$RUN" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(f"runs/{sys.argv[1]}/metrics.jsonl")]
@@ -74,3 +77,17 @@ else
     echo "RESULT gpu_push_nccl_sglang skipped=no-HEXSEARCH_SGLANG_PYTHON"
   fi
 fi
+
+# 4. the 7B recipe's shape with the small model: half the GPUs generate, half train (at least one each)
+ENGINES=$(( NGPU / 2 > 0 ? NGPU / 2 : 1 )); RANKS=$(( NGPU - ENGINES > 0 ? NGPU - ENGINES : 1 ))
+SHAPE=(engine.model=smollm2-135m-instruct engine.max_model_len=4096 agent.max_context_tokens=4096
+       agent.max_new_tokens=256 agent.max_turns=4 "train.data=''" train.steps=1 train.batch_size=4 train.group_size=4
+       train.max_inflight_trajectories=64 train.worker_concurrency=16 train.micro_batch_tokens=4096
+       train.engine_replicas="$ENGINES" train.learner_workers="$RANKS" train.rollout_workers=2
+       train.eval_questions=8 train.eval_every=0 train.save_every=1 train.time_budget_min=10)
+"$PY" -m hexsearch.cli train configs/asearcher-local-7b-1node.yaml --dry-run "${SHAPE[@]}" | tail -1
+run=gpu-check-asearcher-$(date +%Y%m%d-%H%M%S); t0=$(date +%s); ok=0
+if "$PY" -m hexsearch.cli train configs/asearcher-local-7b-1node.yaml "${SHAPE[@]}" run.name="$run" \
+    > "/tmp/$run.log" 2>&1 && grep -q "RESULT train" "/tmp/$run.log"; then ok=1; fi
+echo "RESULT gpu_asearcher_shape passed=$ok engines=$ENGINES learners=$RANKS seconds=$(( $(date +%s) - t0 )) log=/tmp/$run.log"
+[ "$ok" = 1 ] || tail -20 "/tmp/$run.log"
