@@ -1,5 +1,6 @@
 """What every benchmark shares: the spread of repeated measurements, the machine it ran on, and one
-JSON file per benchmark under benchmarks/results/ that `_report.py` turns into RESULTS.md.
+JSON file per benchmark under benchmarks/results/, and the same record appended to benchmarks/records.jsonl,
+which `_report.py` turns into RESULTS.md.
 
 A headline figure is always a median over repeats (or alternating rounds), reported with its range:
 
@@ -21,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+RECORDS = ROOT / "benchmarks" / "records.jsonl"
+"""Every benchmark record ever written, one JSON line each, append-only and committed: RESULTS.md and the
+README's benchmark figures are regenerated from it by `_report.py` (results/*.json are local copies)."""
 
 
 def spread(values) -> dict:
@@ -87,9 +91,10 @@ def commit() -> str:
 
 
 def write_result(name: str, result_line: str, headline: dict, details: dict | None = None,
-                 out: str | Path | None = None) -> Path:
-    """Write benchmarks/results/<name>.json: the RESULT line, the headline figures (spreads or scalars),
-    when, where and at which commit, plus the benchmark's own details. Returns the path."""
+                 out: str | Path | None = None, records: str | Path | None = RECORDS) -> Path:
+    """Write benchmarks/results/<name>.json (or `out`): the RESULT line, the headline figures (spreads or
+    scalars), when, where and at which commit, plus the benchmark's own details; and append the same record
+    as one line to `records` (benchmarks/records.jsonl, committed; None: not appended). Returns the path."""
     if not result_line.startswith(f"RESULT {name} "):
         raise ValueError(f"result line must start with 'RESULT {name} ': {result_line!r}")
     record = {"benchmark": name, "result_line": result_line, "headline": headline,
@@ -100,4 +105,7 @@ def write_result(name: str, result_line: str, headline: dict, details: dict | No
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2, default=str))
     tmp.replace(path)
+    if records is not None:
+        with Path(records).open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
     return path

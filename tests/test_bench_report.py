@@ -27,23 +27,65 @@ def test_spread_is_median_with_range():
         _common.spread([])
 
 
-def test_records_render_into_results_md(tmp_path, monkeypatch):
-    rec = _common.write_result("demo_bench", "RESULT demo_bench ratio=3.10 range=2.60-4.30",
-                               {"ratio": _common.spread([3.1, 2.6, 4.3])}, {"rounds": 3}, tmp_path / "demo_bench.json")
+def test_records_are_appended_and_render_into_results_md(tmp_path):
+    records = tmp_path / "records.jsonl"
+    for ratio in ([1.0, 1.1], [3.1, 2.6, 4.3]):  # two runs of one benchmark: the file keeps both
+        rec = _common.write_result("demo_bench", f"RESULT demo_bench ratio={ratio[0]:.2f}",
+                                   {"ratio": _common.spread(ratio)}, {"rounds": len(ratio)}, tmp_path / "demo_bench.json",
+                                   records=records)
     data = json.loads(rec.read_text())
     assert data["benchmark"] == "demo_bench" and data["rounds"] == 3 and data["machine"]["cpus"] >= 1
     assert data["commit"] != "?"
+    assert [json.loads(line) for line in records.read_text().splitlines()][-1] == data
     with pytest.raises(ValueError, match="must start with"):
-        _common.write_result("other", "RESULT demo_bench ratio=1", {}, out=tmp_path / "x.json")
-    (tmp_path / "old.json").write_text(json.dumps({"ratio": 9.23}))   # an older format: skipped, not fatal
-    records = _report.load_records(tmp_path)
-    assert [r["benchmark"] for r in records] == ["demo_bench"]
-    runs = [{"run": i, "fresh_clone": fresh, "dev_reward_before": 0.367, "dev_reward_after": after, "steps": 20,
-             "minutes": 13.0} for i, (after, fresh) in enumerate([(0.644, True), (0.9, False), (0.764, True), (0.694, True)])]
-    md = _report.render(records, runs)
-    assert "ratio=3.10 (2.60-4.30)" in md and "RESULT demo_bench ratio=3.10 range=2.60-4.30" in md
-    # the headline is the median of the fresh-clone runs only (0.9 was not a fresh clone)
-    assert "dev_reward_after **0.694 (0.644-0.764)** over 3 fresh-clone runs" in md
+        _common.write_result("other", "RESULT demo_bench ratio=1", {}, out=tmp_path / "x.json", records=records)
+    rows = _report.load_records(records)
+    assert len(rows) == 2 and [r["headline"]["ratio"]["n"] for r in _report.latest(rows)] == [3]
+    runs = [{"run": i, "fresh_clone": fresh, "dev_reward_before": 0.367, "dev_reward_after": after, "steps": 20 + i,
+             "minutes": 13.0, "commit": "abc1234", "machine": "2-core AVX2"}
+            for i, (after, fresh) in enumerate([(0.644, True), (0.9, False), (0.764, True), (0.694, True)])]
+    md = _report.render(rows, runs)
+    assert "ratio=3.10 (2.60-4.30)" in md and "RESULT demo_bench ratio=3.10" in md and "ratio=1.00" not in md
+    # the headline: a real run (the one nearest the median, named) beside the median of the fresh-clone runs
+    # only (0.9 was not a fresh clone)
+    assert "RESULT train dev_reward_before=0.367 dev_reward_after=0.694 steps=23 minutes=13.0" in md
+    assert "That is run 3 of `benchmarks/demo_runs.jsonl`" in md
+    assert "dev_reward_after **0.694 (0.644-0.764)**" in md and "all 3 fresh-clone runs" in md
+    assert _report.render(rows, runs) == md  # nothing in it but the records: no date or commit of rendering
+
+
+def test_records_file_names_a_bad_line(tmp_path):
+    bad = tmp_path / "records.jsonl"
+    bad.write_text('{"benchmark": "x"}\n')
+    with pytest.raises(SystemExit, match="record 1 .x. lacks result_line"):
+        _report.load_records(bad)
+    bad.write_text('[1]\n')
+    with pytest.raises(SystemExit, match="records.jsonl:1: not a JSON object"):
+        _report.load_records(bad)
+
+
+def test_a_run_that_did_not_gain_is_recordable(tmp_path):
+    run = tmp_path / "train-x"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"dev_reward_before": 0.367, "dev_reward_after": 0.301,
+                                                  "steps": 12, "minutes": 13.1}))
+    runs = tmp_path / "demo_runs.jsonl"
+    runs.write_text('{"run": 4, "fresh_clone": true, "dev_reward_before": 0.367, "dev_reward_after": 0.7, '
+                    '"steps": 20, "minutes": 13.0}\n')
+    row = _report.record_demo(run, fresh_clone=True, path=runs)
+    assert row["run"] == 5 and row["dev_reward_after"] == 0.301
+    summary = _report.demo_summary(_report.load_demo_runs(runs))
+    assert summary["runs"] == 2 and summary["dev_reward_after"]["min"] == 0.301  # counted, not dropped
+
+
+def test_results_md_and_the_readme_headline_are_what_the_records_give():
+    """RESULTS.md and the README's demo block are generated: regenerating them from the committed records
+    changes nothing (a hand edit, or a record added without regenerating, fails here)."""
+    runs = _report.load_demo_runs()
+    assert _report.RESULTS_MD.read_text() == _report.render(_report.load_records(), runs)
+    readme = _report.README.read_text()
+    assert _report.with_readme_block(readme, _report.readme_block(runs)) == readme
+    assert _report.demo_line(_report.demo_summary(runs)["shown"]) in readme
 
 
 def test_demo_runs_file_names_a_bad_line(tmp_path):
@@ -56,4 +98,4 @@ def test_demo_runs_file_names_a_bad_line(tmp_path):
 def test_shipped_demo_runs_parse():
     summary = _report.demo_summary(_report.load_demo_runs())
     assert summary is not None and summary["runs"] >= 4
-    assert summary["dev_reward_after"]["min"] > summary["dev_reward_before"]["max"]
+    assert summary["shown"] in _report.load_demo_runs()  # the headline is one of the recorded runs
