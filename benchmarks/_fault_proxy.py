@@ -9,7 +9,9 @@ is answered by one fault, taken in turn from:
     timeout the proxy holds the request past the client's timeout (`hang_s`), then closes
     drop    the connection is closed without an answer
 
-and otherwise forwarded to `upstream` (a real service, e.g. `hexsearch serve retrieval`). The same
+With `outage_every=N`, request N, 2N, ... also starts an outage: for `outage_s` seconds every request is
+answered 503 (no Retry-After), back-to-back failures that outlast a client's retries. Otherwise requests
+are forwarded to `upstream` (a real service, e.g. `hexsearch serve retrieval`). The same
 requests fail in every run, and every kind of fault occurs once five have been injected. Plain
 asyncio sockets (HTTP/1.1 with keep-alive), so "drop" really resets the connection. Counts are in `stats`.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -26,10 +29,14 @@ FAULTS = ("500", "503", "429", "timeout", "drop")
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, *, rate: float = 0.3, hang_s: float = 3.0):
+    def __init__(self, upstream: str, *, rate: float = 0.3, hang_s: float = 3.0, outage_every: int = 0,
+                 outage_s: float = 0.0):
         self.upstream, self.rate, self.hang_s = upstream.rstrip("/"), rate, hang_s
+        self.outage_every, self.outage_s = outage_every, outage_s
+        self.outage_until = 0.0
         self.injected = 0
-        self.stats: dict[str, int] = {"requests": 0, "forwarded": 0, **{f: 0 for f in FAULTS}}
+        self.stats: dict[str, int] = {"requests": 0, "forwarded": 0, "outages": 0, "outage": 0,
+                                      **{f: 0 for f in FAULTS}}
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = threading.Event()
@@ -75,8 +82,16 @@ class FaultProxy:
     async def _answer(self, writer: asyncio.StreamWriter, method: str, path: str, headers: dict[str, str],
                       body: bytes) -> bool:
         """Answer one request; False when the connection must be closed."""
-        n = self.stats["requests"]
         self.stats["requests"] += 1
+        now = time.monotonic()
+        if self.outage_every and self.stats["requests"] % self.outage_every == 0 and now >= self.outage_until:
+            self.outage_until = now + self.outage_s
+            self.stats["outages"] += 1
+        if now < self.outage_until:
+            self.stats["outage"] += 1
+            await _respond(writer, 503, b'{"error": "injected outage"}', {})
+            return True
+        n = self.stats["requests"] - self.stats["outage"] - 1  # the spread-out faults count the other requests
         fault = None
         if int((n + 1) * self.rate) > int(n * self.rate):
             fault = FAULTS[self.injected % len(FAULTS)]

@@ -12,13 +12,20 @@ requests held past the tool timeout, dropped connections. While it trains, this 
     3. SIGKILLs the learner actor after step 3             (the run restarts from its newest checkpoint)
     4. SIGKILLs the whole trainer while it writes a checkpoint, and resumes it with `--resume`
 
-and then audits the ledger (rollouts.jsonl), the saved trajectories and the final checkpoint:
+Besides the spread-out faults, an outage at every 10th request fails every request for 5 s, longer than
+a tool's whole retry budget, so some searches really fail and episodes see tool errors (counted as
+`episodes_with_tool_errors`). Then it audits the ledger (rollouts.jsonl), the saved trajectories and the
+final checkpoint:
 
     duplicated          consumed groups whose question key was consumed before (each must be used once)
     lost                keys handed out that are neither consumed, buffered, queued to re-run, nor
                         skipped after `max_question_attempts` failed runs
     trained_on_failures consumed episodes whose stop reason is an infrastructure failure
                         (engine_error, engine_abort, agent_error)
+
+Negative controls: the audit is run again on copies of the run's records with one fault planted in each (a
+group consumed twice, a question's trajectories removed, a trained episode marked engine_error), and must
+report each; `controls_caught=<runs>/<runs>` says it did, and the script exits non-zero when it did not.
 
 The scenario runs `--repeats` times (3; once with `--quick`, as the test suite runs it). Prints
 `RESULT fault_tolerance lost=<n> duplicated=<n> trained_on_failures=<n> faults=<n> steps=<n> ...`, the
@@ -46,6 +53,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from _common import kv, spread, write_result  # noqa: E402
 from _fault_proxy import FAULTS, FaultProxy  # noqa: E402
+
+OUTAGE_EVERY = 10
+"""An outage starts at every 10th request to the retrieval service (a --quick run makes a few dozen)..."""
+OUTAGE_S = 5.0
+"""... and fails every request for 5 s: back-to-back failures beyond the tools' retry budget (1 + 3 tries,
+backoff at most 1 s each)."""
 
 CONFIG = """
 engine: {{model: tiny-random, max_batch_size: 16, max_model_len: 1024}}
@@ -158,29 +171,59 @@ class Injector(threading.Thread):
 
 
 def audit(run: Path, steps: int, batch_size: int, n_items: int) -> dict:
-    """The three counts of the module docstring, from the run's files."""
+    """The three counts of the module docstring, from the run's files, and the negative controls."""
     from trainer import checkpoint
+
+    state, buffer = checkpoint.load(checkpoint.latest(run / "checkpoints"))
+    records = (_rows(run / "rollouts.jsonl"), _rows(run / "trajectories" / "train.jsonl"), state["stream"],
+               [g.key for g in buffer], steps, batch_size, n_items)
+    return {**audit_records(*records), "controls": negative_controls(*records)}
+
+
+def audit_records(events: list[dict], trajs: list[dict], stream: dict, buffered: list[str], steps: int,
+                  batch_size: int, n_items: int) -> dict:
+    """The audit over a run's records: the ledger's events, the trained trajectories, the final checkpoint's
+    question stream (`epoch`, `position`, `retry`) and the keys of its buffered groups."""
     from trainer.controller import INFRA_STOPS
 
-    events = _rows(run / "rollouts.jsonl")
-    trajs = _rows(run / "trajectories" / "train.jsonl")
     groups = sorted({(t["meta"]["key"], t["meta"]["step"]) for t in trajs})
     keys = [k for k, _ in groups]
     duplicated = len(keys) - len(set(keys))
     trained_on_failures = sum(t["stop_reason"] in INFRA_STOPS for t in trajs)
-    state, buffer = checkpoint.load(checkpoint.latest(run / "checkpoints"))
-    stream = state["stream"]
     handed_out = {f"{e}:{i}" for e in range(stream["epoch"]) for i in range(n_items)}
     handed_out |= {f"{stream['epoch']}:{i}" for i in range(stream["position"])}
     last_admit = {e["key"]: n for n, e in enumerate(events) if e["event"] == "admit"}
     skipped = {e["key"] for n, e in enumerate(events) if e["event"] == "skip" and last_admit.get(e["key"], -1) < n}
-    accounted = set(keys) | {g.key for g in buffer} | set(stream["retry"]) | skipped
+    accounted = set(keys) | set(buffered) | set(stream["retry"]) | skipped
     per_step = [sum(s == k for _, s in groups) for k in range(1, steps + 1)]
     counts = {e: sum(x["event"] == e for x in events) for e in
               ("lost", "failed", "skip", "engine_restored", "engine_hung", "learner_lost", "resume")}
+    tool_errors = sum(1 for t in trajs if any(c.get("error") for c in t.get("tool_calls", [])))
     return {"lost": len(handed_out - accounted), "duplicated": duplicated, "trained_on_failures": trained_on_failures,
             "unknown_consumed": len(set(keys) - handed_out), "groups_per_step": per_step,
-            "steps_complete": per_step == [batch_size] * steps, "skipped": len(skipped), "ledger": counts}
+            "steps_complete": per_step == [batch_size] * steps, "skipped": len(skipped), "ledger": counts,
+            "episodes_with_tool_errors": tool_errors}
+
+
+def negative_controls(events: list[dict], trajs: list[dict], stream: dict, buffered: list[str], steps: int,
+                      batch_size: int, n_items: int) -> dict[str, bool]:
+    """Whether the audit catches each fault when one is planted in a copy of a run's records: a group trained
+    twice (its key consumed again at a later step), a lost question (its trajectories gone) and a trained
+    episode that failed (stop reason engine_error). An audit that reports 0 on these proves nothing."""
+    if not trajs:
+        return {"duplicate": False, "lost": False, "trained_failure": False}
+    key = trajs[0]["meta"]["key"]
+    later = max(t["meta"]["step"] for t in trajs) + 1
+    planted = {
+        "duplicate": [*trajs, *({**t, "meta": {**t["meta"], "step": later}} for t in trajs if t["meta"]["key"] == key)],
+        "lost": [t for t in trajs if t["meta"]["key"] != key],
+        "trained_failure": [{**trajs[0], "stop_reason": "engine_error"}, *trajs[1:]],
+    }
+    base = audit_records(events, trajs, stream, buffered, steps, batch_size, n_items)
+    field = {"duplicate": "duplicated", "lost": "lost", "trained_failure": "trained_on_failures"}
+    return {name: audit_records(events, rows, stream, [b for b in buffered if b != key] if name == "lost" else buffered,
+                                steps, batch_size, n_items)[field[name]] > base[field[name]]
+            for name, rows in planted.items()}
 
 
 def scenario(steps: int, quick: bool, timeout: float) -> dict:
@@ -190,9 +233,9 @@ def scenario(steps: int, quick: bool, timeout: float) -> dict:
     world = tmp / "world"
     env = {**os.environ, "HEXSEARCH_QUIET": "1", "PYTHONPATH": str(ROOT)}
     # the world and its index first: the retrieval service serves that index
-    from world import QA_FILES, resolve_world
     from hexsearch.config import load_config
     from tools.index import default_index
+    from world import QA_FILES, resolve_world
 
     (tmp / "cfg.yaml").write_text(CONFIG.format(world=world, proxy="", index="", root=tmp / "runs", steps=steps))
     cfg = load_config(tmp / "cfg.yaml")
@@ -202,7 +245,9 @@ def scenario(steps: int, quick: bool, timeout: float) -> dict:
     service = subprocess.Popen([sys.executable, "-m", "hexsearch.cli", "--quiet", "serve", "retrieval", "--index",
                                 str(index), "--port", "0", "--addr-file", str(addr), "--worker", "thread"],
                                env=env, stdout=subprocess.DEVNULL, stderr=(tmp / "retrieval.log").open("w"))
-    proxy = FaultProxy("", rate=0.3, hang_s=3.0)
+    # outages: every request fails for OUTAGE_S, longer than a tool's whole retry budget (retries 3, backoff
+    # and Retry-After at most 1 s), so some searches really fail and episodes see tool errors
+    proxy = FaultProxy("", rate=0.3, hang_s=3.0, outage_every=OUTAGE_EVERY, outage_s=OUTAGE_S)
     try:
         while not addr.exists():
             if service.poll() is not None or time.time() - t0 > 300:
@@ -231,10 +276,12 @@ def scenario(steps: int, quick: bool, timeout: float) -> dict:
         service.terminate()
         service.wait(30)
     injected = {k: v for k, v in proxy.stats.items() if k in FAULTS}
+    outage = {"outages": proxy.stats["outages"], "outage_requests": proxy.stats["outage"]}
     kills = {k: v for k, v in injector.done.items() if k in ("rollout_worker", "engine", "learner",
                                                              "trainer_mid_checkpoint")}
     faults = sum(injected.values()) + sum(v is not None for v in kills.values())
-    out = {"steps": results.get("steps", 0), "faults": faults, "tool_faults": injected,
+    out = {"steps": results.get("steps", 0), "faults": faults + outage["outage_requests"], "tool_faults": injected,
+           **outage,
            "tool_requests": proxy.stats["requests"], "kills": injector.done, "injector_error": injector.error,
            "resume_exit_code": second.returncode, "seconds": round(time.time() - t0, 1), "run_dir": str(run),
            "quick": quick, **report}
@@ -257,6 +304,7 @@ def main() -> None:
         runs.append(scenario(steps, args.quick, args.timeout))
         print(f"run {r + 1}: " + json.dumps(runs[-1], indent=1), flush=True)
     last = runs[-1]
+    controls = [all(x["controls"].values()) for x in runs]
 
     def worst(key: str) -> int:   # the audit counts must be 0 in every run
         return max(x[key] for x in runs)
@@ -267,12 +315,16 @@ def main() -> None:
     line = (f"RESULT fault_tolerance lost={worst('lost')} duplicated={worst('duplicated')} "
             f"trained_on_failures={worst('trained_on_failures')} faults={faults['median']:.0f} "
             f"steps={min(x['steps'] for x in runs)} runs={len(runs)} faults_range={faults['min']:.0f}-{faults['max']:.0f} "
-            f"{kv('tool_fault_rate', tool_rate)} kills={kills} {kv('seconds', seconds, 0)}")
+            f"{kv('tool_fault_rate', tool_rate)} kills={kills} outages={sum(x['outages'] for x in runs)} "
+            f"episodes_with_tool_errors={sum(x['episodes_with_tool_errors'] for x in runs)} "
+            f"controls_caught={sum(controls)}/{len(runs)} {kv('seconds', seconds, 0)}")
     write_result("fault_tolerance", line, {"lost": worst("lost"), "duplicated": worst("duplicated"),
                                            "trained_on_failures": worst("trained_on_failures"), "faults": faults,
                                            "seconds": seconds},
                  {**last, "runs": runs}, args.out)
     print(line)
+    if not all(controls):  # the audit missed a planted fault: its zeros above prove nothing
+        sys.exit(f"fault_tolerance: the audit missed a planted fault: {[x['controls'] for x in runs]}")
 
 
 if __name__ == "__main__":
