@@ -11,7 +11,8 @@ and a real run on this machine.
 2. Gap: on small instances (one node of 4 H800 + one of 4 H20, budgets, staleness 0 and 4) the MILP's
    throughput against exhaustive search over every assignment.
 3. Solve time: phases 1 + 2 (all rounds), repeated --repeats times; median, min, max.
-4. Prediction error (--validate; otherwise the last stored validation is reused and says so):
+4. Prediction error (--validate; otherwise the last stored validation is reused, and the RESULT line says
+   so: `validation=reused_<date>`, `recomputed_<date>` with --predict-only, `fresh` or `none`):
    `hexsearch plan profile` measures this CPU (engine + learner + weight sync, one core per device),
    then for each placement the simulator predicts trained samples/s and a real `hexsearch train` run of
    the quickstart with that placement measures it (steps 2..N; B G / step time, with the standard error of
@@ -257,6 +258,18 @@ def phases(rows: list[dict], p, placed, w: WorkloadSpec, types: dict, model: Mod
             "wait_s": {"measured": mean(r["time/wait_s"] for r in rows), "model": wait}}
 
 
+def validation_token(validation: dict, fresh: bool, recomputed: bool) -> str:
+    """What the RESULT line says about the prediction error's validation runs: `validation=fresh` (run now),
+    `validation=reused_<date>` (an earlier --validate's runs, as stored), `validation=recomputed_<date>`
+    (earlier runs, predictions recomputed now) or `validation=none`."""
+    if not validation.get("placements"):
+        return "validation=none"
+    if fresh:
+        return "validation=fresh"
+    date = str(validation.get("date", "unknown")).replace(" UTC", "Z").replace(" ", "T")
+    return f"validation={'recomputed' if recomputed else 'reused'}_{date}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--validate", action="store_true", help="profile this CPU and run the real trainings (~10 min)")
@@ -300,7 +313,9 @@ def main() -> None:
     line = (f"RESULT planner ratio={ratio:.3f} gap={gap:.4f} solve_s={solve_s:.2f} prediction_error={err:.3f} "
             f"ratio_range={ratios['min']:.3f}-{ratios['max']:.3f} {per} cost_ratio={cost_geo:.3f} "
             f"cost_ratio_range={cost['min']:.3f}-{cost['max']:.3f} measured_rel_se={se:.3f} "
-            f"solve_s_range={solve_all['min']:.2f}-{solve_all['max']:.2f} target_ratio>=1.5 target_prediction_error<=0.20")
+            f"solve_s_range={solve_all['min']:.2f}-{solve_all['max']:.2f} "
+            f"{validation_token(validation, args.validate, args.predict_only)} "
+            "target_ratio>=1.5 target_prediction_error<=0.20")
     write_result("planner", line, {"ratio": ratio, "gap": gap, "solve_s_1024": solve_all, "prediction_error": err},
                  result, OUT)
     print(line)
