@@ -189,12 +189,27 @@ def main() -> None:
         dataloader_num_workers=0, disable_tqdm=True)
 
     log: list[dict] = []
+    generation = {"s": 0.0, "calls": 0}
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer that times its rollouts (generation, tool calls, reward scoring) apart from training,
+        for the report's generation/training split; TRL without this method reports no split."""
+
+        if hasattr(GRPOTrainer, "_generate_and_score_completions"):
+            def _generate_and_score_completions(self, *a, **kw):
+                t = time.perf_counter()
+                try:
+                    return super()._generate_and_score_completions(*a, **kw)
+                finally:
+                    generation["s"] += time.perf_counter() - t
+                    generation["calls"] += 1
 
     class Budget(TrainerCallback):
         """Same rule as hexsearch's `train.time_budget_min`: no new step once the budget is spent."""
 
         def on_step_end(self, a, state, control, **kw):
-            log.append({"step": state.global_step, "t": time.time() - T0})
+            log.append({"step": state.global_step, "t": time.time() - T0,
+                        "generation_s": round(generation["s"], 3) if generation["calls"] else None})
             if time.time() - T0 >= args.budget_s:
                 control.should_training_stop = True
 
@@ -204,7 +219,7 @@ def main() -> None:
                                              if k in logs})
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    trainer = GRPOTrainer(model=model, reward_funcs=f1_reward, args=config, train_dataset=data,
+    trainer = TimedGRPOTrainer(model=model, reward_funcs=f1_reward, args=config, train_dataset=data,
                           processing_class=tok, tools=[search], callbacks=[Budget()])
     t_setup = time.time() - T0
     print(f"[trl] setup {t_setup:.1f}s, training (budget {args.budget_s:.0f}s from process start)", flush=True)

@@ -16,7 +16,14 @@ loopback server run by this script, so both arms see the same result text.
 - TRL arm: benchmarks/_trl_arm.py in .venv-trl (created by scripts/setup_trl.sh), stopped by the same rule:
   no new optimizer step after M minutes from process start.
 - Trained samples/s = optimizer steps x B x G / seconds from the arm's process start to the end of its last
-  step (in both arms every step trains on B x G episodes; groups without reward variance get zero advantage).
+  step. Both arms count the same thing: the hexsearch arm runs with `train.filter_groups=none`, so, as in
+  TRL, every step trains on the B x G episodes it generated, groups without reward variance included (with
+  zero advantage). (Rounds recorded before this rule ran the quickstart's `filter_groups=drop`: each of our
+  steps then trained on B kept groups out of more generated, a different quantity from TRL's.)
+- Step time: each arm's steady-state step time (median of its steps after the first) and its split:
+  hexsearch's trainer waiting for rollouts / training / syncing weights per step (rollouts run alongside
+  training), TRL's generation (rollouts, tool calls, rewards) / the rest of the step (they run in turn).
+- Every round records the commit and date it ran at.
 - Dev reward: greedy mean F1 on the same 60 dev questions, by the same code (hexsearch's trainer evaluation,
   after its rollouts stopped): the hexsearch run's final evaluation, and for TRL a `hexsearch train
   engine.model=<TRL's final model> train.steps=0` run. Evaluation time is not in either arm's budget.
@@ -47,7 +54,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from _common import fmt, kv, spread, write_result  # noqa: E402
+from _common import commit, fmt, kv, spread, write_result  # noqa: E402
 
 HEX = ROOT / ".venv" / "bin" / "hexsearch"
 TRL_PY = ROOT / ".venv-trl" / "bin" / "python"
@@ -84,8 +91,8 @@ class ToolServer:
     def __init__(self, cfg):
         from agent.episode_tools import deliveries_for
         from agent.parser import ToolCall
-        from world import resolve_world
         from tools.factory import open_toolset
+        from world import resolve_world
 
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
@@ -152,11 +159,46 @@ def _steps(run: Path) -> list[dict]:
     return [r for r in rows if "time/step_s" in r]
 
 
+def ours_overrides(args) -> list[str]:
+    """The hexsearch arm's settings on top of the quickstart: the time budget, B and G, and no group filter,
+    so that each step trains on B x G generated episodes as TRL's does (module docstring)."""
+    return [f"train.time_budget_min={args.minutes}", "train.steps=100000", "train.eval_every=0",
+            "train.save_every=0", f"train.batch_size={args.batch}", f"train.group_size={args.group}",
+            "train.filter_groups=none"]
+
+
+def steady(step_s: list[float]) -> dict | None:
+    """Median (min-max) of the step times after the first (warm-up: first compilation, caches); all of them
+    when there is only one."""
+    rest = step_s[1:] or step_s
+    return spread(rest) if rest else None
+
+
+def ours_timing(steps: list[dict]) -> dict:
+    """The hexsearch arm's steady-state step time and, per step, the trainer's wait for rollouts, training
+    and weight sync (medians after the first step)."""
+    return {"step_s": steady([s["time/step_s"] for s in steps]),
+            **{f"{k}_s": steady([s[f"time/{k}_s"] for s in steps if f"time/{k}_s" in s])
+               for k in ("wait", "train", "sync")}}
+
+
+def trl_timing(log: list[dict]) -> dict:
+    """TRL's steady-state step time and, per step, generation (rollouts, tool calls, rewards) and the rest
+    (loss, backward, optimizer), from its per-step log (`t` at each step's end and the cumulative
+    `generation_s`). Differences of consecutive entries: steps 2.. only, as the first step's start is unknown."""
+    def diffs(xs: list[float]) -> list[float]:
+        return [b - a for a, b in zip(xs, xs[1:], strict=False)]
+
+    step_s = diffs([x["t"] for x in log])
+    gen = [x.get("generation_s") for x in log]
+    gen_s = diffs(gen) if gen and None not in gen else []
+    return {"step_s": spread(step_s) if step_s else None, "generation_s": spread(gen_s) if gen_s else None,
+            "train_s": spread([s - g for s, g in zip(step_s, gen_s, strict=True)]) if gen_s else None}
+
+
 def run_ours(cfg_path: Path, root: Path, r: int, args) -> dict:
     per_step = args.batch * args.group
-    run, t0 = _hexsearch(cfg_path, root, f"ours-{r}", [
-        f"train.time_budget_min={args.minutes}", "train.steps=100000", "train.eval_every=0", "train.save_every=0",
-        f"train.batch_size={args.batch}", f"train.group_size={args.group}"], root / f"ours-{r}.log")
+    run, t0 = _hexsearch(cfg_path, root, f"ours-{r}", ours_overrides(args), root / f"ours-{r}.log")
     steps = _steps(run)
     results = json.loads((run / "results.json").read_text())
     train_s = steps[-1]["time"] - t0 if steps else float("nan")
@@ -164,7 +206,8 @@ def run_ours(cfg_path: Path, root: Path, r: int, args) -> dict:
             "samples_per_s": len(steps) * per_step / train_s if steps else 0.0,
             "dev_reward": results["dev_reward_after"], "dev_reward_before": results["dev_reward_before"],
             "train_reward_last5": _mean([s["train/reward"] for s in steps[-5:]]),
-            "kept_groups_mean": _mean([s["train/kept_groups"] for s in steps]), "run": str(run)}
+            "kept_groups_mean": _mean([s["train/kept_groups"] for s in steps]), "timing": ours_timing(steps),
+            "run": str(run)}
 
 
 def run_trl(cfg_path: Path, cfg, server: ToolServer, root: Path, r: int, args) -> dict:
@@ -200,7 +243,8 @@ def run_trl(cfg_path: Path, cfg, server: ToolServer, root: Path, r: int, args) -
     return {"steps": got["steps"], "samples": got["samples"], "train_s": round(got["train_s"], 1),
             "samples_per_s": got["samples_per_s"], "setup_s": round(got["setup_s"], 1),
             "dev_reward": results["dev_reward_after"], "train_reward_last5": _mean(rewards[-5:]),
-            "tool_calls": got["tool_calls"], "micro_batch": got["micro_batch"], "trl": got["trl"]}
+            "tool_calls": got["tool_calls"], "micro_batch": got["micro_batch"], "trl": got["trl"],
+            "timing": trl_timing(got["log"])}
 
 
 def _lock(path: str):
@@ -210,6 +254,19 @@ def _lock(path: str):
     from tools.index import _file_lock
 
     return _file_lock(Path(path))
+
+
+def round_record(order: list[str], got: dict) -> dict:
+    """One round of both arms, with the ratio of trained samples/s and the commit and date it ran at."""
+    return {"order": order, **got, "ratio": got["hexsearch"]["samples_per_s"] / got["trl"]["samples_per_s"],
+            "commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def _median_of(rounds: list[dict], arm: str, key: str) -> dict | None:
+    """The spread over rounds of one arm's steady-state median `key` (None when no round has it)."""
+    arm = "hexsearch" if arm == "ours" else arm
+    vals = [x[arm]["timing"][key]["median"] for x in rounds if (x[arm].get("timing") or {}).get(key)]
+    return spread(vals) if vals else None
 
 
 def _mean(xs: list[float]) -> float:
@@ -253,7 +310,7 @@ def main() -> None:
                     got[arm] = run_ours(cfg_path, root, r, args) if arm == "hexsearch" else run_trl(cfg_path, cfg, server, root, r, args)
                 print(f"round {r + 1}/{args.repeats} {arm}: {got[arm]['steps']} steps, "
                       f"{got[arm]['samples_per_s']:.3f} samples/s, dev reward {got[arm]['dev_reward']:.3f}", flush=True)
-            rounds.append({"order": order, **got, "ratio": got["hexsearch"]["samples_per_s"] / got["trl"]["samples_per_s"]})
+            rounds.append(round_record(order, got))
             done.write_text(json.dumps(rounds, indent=1))  # finished rounds survive a failure (resumed with --keep)
     finally:
         server.close()
@@ -266,16 +323,21 @@ def main() -> None:
     ours_sps = spread([x["hexsearch"]["samples_per_s"] for x in rounds])
     trl_sps = spread([x["trl"]["samples_per_s"] for x in rounds])
     base = spread([x["hexsearch"]["dev_reward_before"] for x in rounds])
+    timing = {f"{arm}_{k}": _median_of(rounds, arm, k) for arm, keys in
+              (("ours", ("step_s", "wait_s", "train_s", "sync_s")), ("trl", ("step_s", "generation_s", "train_s")))
+              for k in keys}
     line = (f"RESULT vs_trl {kv('ratio', ratio)} {kv('dev_reward_ours', ours_dev, 3)} "
             f"{kv('dev_reward_trl', trl_dev, 3)} {kv('dev_reward_base', base, 3)} "
-            f"{kv('samples_per_s_ours', ours_sps, 3)} {kv('samples_per_s_trl', trl_sps, 3)} "
-            f"minutes={args.minutes:g} rounds={len(rounds)}")
+            f"{kv('trained_samples_per_s_ours', ours_sps, 3)} {kv('trained_samples_per_s_trl', trl_sps, 3)} "
+            + " ".join(kv(k, v) for k, v in timing.items())
+            + f" filter_groups=none minutes={args.minutes:g} rounds={len(rounds)}")
     details = {"rounds": rounds, "minutes": args.minutes, "batch": args.batch, "group": args.group,
                "format": "hermes", "model": SMOLLM2,
                "note": "one round: no spread" if len(rounds) == 1 else f"median of {len(rounds)} alternating rounds"}
     write_result("vs_trl", line, {"ratio": ratio, "dev_reward_ours": ours_dev, "dev_reward_trl": trl_dev,
-                                  "samples_per_s_ours": ours_sps, "samples_per_s_trl": trl_sps,
-                                  "dev_reward_base": base}, details)
+                                  "trained_samples_per_s_ours": ours_sps, "trained_samples_per_s_trl": trl_sps,
+                                  "dev_reward_base": base, "ours_step_s": timing["ours_step_s"],
+                                  "trl_step_s": timing["trl_step_s"]}, details)
     print(f"ratio {fmt(ratio)}; dev reward ours {fmt(ours_dev, 3)}, TRL {fmt(trl_dev, 3)}")
     print(line)
 
