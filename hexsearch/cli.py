@@ -1,4 +1,4 @@
-"""`hexsearch` command line: one entry point for train, ask, serve, index, tools, world, datagen, eval, plan, config, view, export.
+"""`hexsearch` command line: one entry point for train, sft, ask, serve, index, tools, world, datagen, eval, plan, config, view, export.
 
 Each command group lives in `hexsearch/commands/<group>.py` and registers itself on the app.
 Heavy imports (torch, ray, faiss) happen inside the commands, so `hexsearch --help` is instant.
@@ -21,6 +21,7 @@ from hexsearch.commands import (
     index,
     plan,
     serve,
+    sft,
     tools_cmd,
     train,
     view,
@@ -41,7 +42,7 @@ def _root(quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress b
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-for module in (train, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, view, export):
+for module in (train, sft, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, view, export):
     module.register(app)
 
 

@@ -33,6 +33,7 @@ from serving.config import EngineConfig
 from tools.config import ToolsConfig
 from trainer.config import TrainConfig
 from trainer.planner.config import PlanConfig
+from trainer.sft_config import SFTConfig
 from world.config import WorldConfig
 
 log = get_logger(__name__)
@@ -78,6 +79,8 @@ class HexConfig:
     """The offline fictional world (corpus + multi-hop QA)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Asynchronous RL training."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised fine-tuning on token-exact trajectories (`hexsearch sft`), the cold start before RL."""
     datagen: DatagenConfig = field(default_factory=DatagenConfig)
     """QA synthesis."""
     eval: EvalConfig = field(default_factory=EvalConfig)

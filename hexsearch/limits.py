@@ -29,6 +29,7 @@ world.min_hops
 train.batch_size train.group_size train.max_inflight_trajectories train.rollout_workers train.worker_concurrency
 train.engine_replicas train.learner_workers train.minibatches train.micro_batch_tokens train.keep_checkpoints
 train.max_question_attempts train.max_consecutive_failures
+sft.batch_size sft.rft_samples sft.concurrency
 eval.n eval.concurrency
 datagen.num_questions datagen.concurrency datagen.max_page_chars datagen.max_info_points datagen.min_hops
 datagen.target_hops datagen.max_hops datagen.solver_attempts datagen.search_attempts
@@ -37,7 +38,7 @@ datagen.generator.max_new_tokens datagen.solver.max_new_tokens datagen.judge.max
 
 _POSITIVE_FLOATS = """
 engine.request_timeout_s tools.timeout_s agent.wall_clock_s agent.judge.timeout_s train.lr train.weight_sync_timeout_s
-train.engine_health_timeout_s train.learner_step_timeout_s
+train.engine_health_timeout_s train.learner_step_timeout_s sft.lr sft.epochs
 datagen.generator.timeout_s datagen.solver.timeout_s datagen.judge.timeout_s
 """.split()
 

@@ -162,6 +162,25 @@ def load_tokenizer(spec: str):
     return tok
 
 
+def tokenizer_id(tokenizer) -> str:
+    """A short identity of a tokenizer's vocabulary (`vocab-<size>-<sha256 prefix>` over token -> id), stored
+    with trajectories (`meta.tokenizer`) so token ids are never trained under another tokenizer. Models
+    that share a tokenizer (SmolLM2 and its tiny random test copy) share the identity."""
+    import hashlib
+    import json
+
+    cached = getattr(tokenizer, "_hexsearch_id", None)
+    if cached is None:
+        vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+        digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+        cached = f"vocab-{len(vocab)}-{digest}"
+        try:
+            tokenizer._hexsearch_id = cached
+        except AttributeError:  # a tokenizer that takes no attributes: computed again next time
+            pass
+    return cached
+
+
 def load_model(spec: str, dtype: str = "auto", device: str = "cpu", attn_implementation: str = "sdpa"):
     """An eval-mode causal LM for a model spec."""
     from transformers import AutoModelForCausalLM

@@ -62,6 +62,10 @@ class TrainConfig:
     """Score the periodic dev evaluation as an `hexsearch eval` suite (`world-dev`, `localqa`, `gaia`, `frames`, ...):
     its loader reads `dev_data` and its rule-based scorers are logged as `eval/<scorer>` (eval/runner.py).
     Empty: the dev QA file (or the world's dev split), scored by the reward."""
+    init_from: str = ""
+    """A `hexsearch sft` (or train) run folder whose best checkpoint's weights this run starts from: learner
+    and engines both (the checkpoint is exported once to `<that run>/artifacts/policy-step-N/`, which becomes
+    `engine.model`); the optimizer is fresh and the version starts at 0. Empty: the base `engine.model`."""
     steps: int = 50
     """Optimizer steps (weight versions) to train."""
     time_budget_min: float = 0.0

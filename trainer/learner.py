@@ -11,6 +11,10 @@ One `train_step(samples, version)` is one batch of the trainer:
        gradients, clip, AdamW step
     4. LR schedule step (also when the batch had no signal, so the schedule follows versions)
 
+`train_step(samples, version, objective="sft")` runs the same steps with the SFT loss instead
+(trainer/loss.py `sft_loss`: token-mean NLL of the policy tokens; one minibatch, no pi_prox, no
+entropy bonus): `hexsearch sft` trains through this learner, its strategies, LoRA and checkpoints.
+
 Besides the loss terms, the metrics report how far the engine's behaviour log-probs are from the
 learner's pi_prox: `train/logp_mismatch` = mean |log pi_prox - log pi_behav| over all policy tokens,
 `train/logp_mismatch_fresh` the same over the `train/fresh_tokens` sampled at the learner's current
@@ -40,7 +44,7 @@ import torch.distributed as dist
 
 from core.choices import check_choices
 from trainer.config import TrainConfig
-from trainer.loss import LossStats, decoupled_ppo_loss, loglinear_prox_logp
+from trainer.loss import LossStats, decoupled_ppo_loss, loglinear_prox_logp, sft_loss
 from trainer.packing import MicroBatch, Sample, collate, plan_micro_batches
 from trainer.strategy import LearnerStrategy, PolicyForward
 
@@ -196,10 +200,13 @@ class Learner:
         return collate([Sample([pad_id, pad_id], [0, 1], [0.0, 0.0], [0, 0], 0.0)], [0], self.cfg.packing, pad_id)
 
     # -- one batch ---------------------------------------------------------------------------
-    def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
-        """One training batch (this rank's share); returns metrics (identical on every rank)."""
-        cfg, t0 = self.cfg, time.time()
-        m = max(1, cfg.minibatches)
+    def train_step(self, samples: list[Sample], version: int, objective: str = "ppo") -> dict[str, Any]:
+        """One training batch (this rank's share); returns metrics (identical on every rank). `objective`:
+        `ppo` (decoupled PPO) or `sft` (token-mean NLL of the policy tokens, trainer/loss.py)."""
+        if objective not in ("ppo", "sft"):
+            raise ValueError(f"unknown learner objective {objective!r}: ppo or sft")
+        cfg, t0, sft = self.cfg, time.time(), objective == "sft"
+        m = 1 if sft else max(1, cfg.minibatches)
         chunks = [samples[i::m] for i in range(m)]
         pad_id = self.tokenizer.pad_token_id or 0
         if m > 1 and cfg.prox_logp == "recompute":
@@ -219,13 +226,16 @@ class Learner:
                         (self._logp(self._dummy())[0].sum() * 0.0).backward()
                         continue
                     logp, ent = self._logp(mb, with_entropy=True, stem=stem)
-                    prox = self._prox_for(mb, logp, version, m)
-                    loss, st = decoupled_ppo_loss(
-                        logp, prox, mb.behav_logp.to(self.device), mb.advantages.to(self.device),
-                        eps_clip=cfg.eps_clip, eps_clip_high=cfg.eps_clip_high,
-                        behav_weight_cap=cfg.behav_weight_cap, normalizer=total,
-                        fresh=mb.versions.to(self.device) == version)
-                    if cfg.entropy_coef > 0:
+                    if sft:
+                        loss, st = sft_loss(logp, normalizer=total)
+                    else:
+                        prox = self._prox_for(mb, logp, version, m)
+                        loss, st = decoupled_ppo_loss(
+                            logp, prox, mb.behav_logp.to(self.device), mb.advantages.to(self.device),
+                            eps_clip=cfg.eps_clip, eps_clip_high=cfg.eps_clip_high,
+                            behav_weight_cap=cfg.behav_weight_cap, normalizer=total,
+                            fresh=mb.versions.to(self.device) == version)
+                    if cfg.entropy_coef > 0 and not sft:
                         loss = loss - cfg.entropy_coef * ent.sum() / total
                     loss.backward()
                 stats = stats.add(st)
@@ -244,7 +254,7 @@ class Learner:
             self.scheduler.step()
         vec = torch.tensor([stats.tokens, stats.clipped, stats.behav_masked, stats.behav_weight_sum,
                             stats.approx_kl_sum, ent_sum, float(tokens_seen), stats.logp_mismatch_sum,
-                            stats.fresh_tokens, stats.fresh_logp_mismatch_sum], device=self.device)
+                            stats.fresh_tokens, stats.fresh_logp_mismatch_sum, stats.nll_sum], device=self.device)
         vec = self._allreduce(vec).tolist()
         wext = torch.tensor([stats.behav_weight_max, -stats.behav_weight_min if stats.tokens else 0.0])
         if self.world_size > 1:
@@ -257,7 +267,7 @@ class Learner:
             "train/behav_weight_min": -float(wext[1]),
             "train/approx_kl": vec[4] / n, "train/entropy": vec[5] / n, "train/grad_norm": grad_norm,
             "train/logp_mismatch": vec[7] / n, "train/fresh_tokens": vec[8],
-            "train/logp_mismatch_fresh": vec[9] / max(vec[8], 1.0),
+            "train/logp_mismatch_fresh": vec[9] / max(vec[8], 1.0), "train/nll": vec[10] / n,
             "train/lr": lr, "train/optimizer_steps": steps, "train/tokens_per_s": vec[6] / max(dt, 1e-9),
             "time/train_s": dt,
         }

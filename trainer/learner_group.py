@@ -78,10 +78,10 @@ class LearnerWorker:
 
         return actor_device(self.cfg.engine.device, "learner")
 
-    def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
+    def train_step(self, samples: list[Sample], version: int, objective: str = "ppo") -> dict[str, Any]:
         from core.memory import release_free_memory
 
-        stats = self.learner.train_step(samples, version)
+        stats = self.learner.train_step(samples, version, objective)
         release_free_memory()  # this step's activations and micro-batches, freed but kept by malloc
         return stats
 
@@ -195,10 +195,11 @@ class LearnerGroup:
                 raise LearnerLost(f"learner rank {i} died during {what}: {type(t.exception()).__name__}")
         return [t.result() for t in tasks]
 
-    async def train_step(self, samples: list[Sample], version: int) -> dict[str, Any]:
+    async def train_step(self, samples: list[Sample], version: int, objective: str = "ppo") -> dict[str, Any]:
+        """One step of every rank on its share; `objective` is the learner's loss (`ppo`, or `sft` for `hexsearch sft`)."""
         shares = split_by_tokens(samples, len(self.actors))
         results = await self._call(f"train_step at version {version}",
-                                   [a.train_step.remote(s, version) for a, s in zip(self.actors, shares, strict=True)])
+                                   [a.train_step.remote(s, version, objective) for a, s in zip(self.actors, shares, strict=True)])
         return results[0]
 
     async def dead_ranks(self, timeout_s: float = 10.0) -> list[int]:

@@ -12,6 +12,11 @@ For every policy token t with advantage A_t:
 
 The learner may add an entropy bonus, - entropy_coef * sum_t H(pi_theta(. | s_t)) / N (off by default).
 
+The SFT objective (`sft_loss`, `hexsearch sft`) is the token-mean negative log-likelihood of the same
+policy tokens (loss_mask == 1), with no advantage, ratio or behaviour weight:
+
+    loss_sft = - sum_t log pi_theta(a_t | s_t) / N
+
 When pi_prox == pi_behav (on-policy samples) w_t = 1 and this is exactly PPO-clip. pi_prox is the
 policy before this optimizer step: recomputed by a forward pass (exact), or approximated per token
 from versions (`loglinear_prox_logp`), which saves that pass when several minibatches are used.
@@ -46,6 +51,8 @@ class LossStats:
     logp_mismatch_sum: float = 0.0
     fresh_tokens: float = 0.0
     fresh_logp_mismatch_sum: float = 0.0
+    nll_sum: float = 0.0
+    """sum -log pi_theta(a_t) over the tokens (the SFT loss before dividing by N; also logged under PPO)."""
 
     def add(self, other: LossStats) -> LossStats:
         merged = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
@@ -87,8 +94,19 @@ def decoupled_ppo_loss(
             approx_kl_sum=float((prox_logp - logp.detach()).sum()),
             logp_mismatch_sum=float(mismatch.sum()),
             fresh_tokens=float(fresh.sum()) if fresh is not None else 0.0,
-            fresh_logp_mismatch_sum=float(mismatch[fresh.bool()].sum()) if fresh is not None else 0.0)
+            fresh_logp_mismatch_sum=float(mismatch[fresh.bool()].sum()) if fresh is not None else 0.0,
+            nll_sum=-float(logp.detach().sum()))
     return loss, stats
+
+
+def sft_loss(logp: torch.Tensor, *, normalizer: float | None = None) -> tuple[torch.Tensor, LossStats]:
+    """Token-mean NLL of the policy tokens (see the module docstring): `logp` are log pi_theta of the tokens
+    with loss_mask == 1, `normalizer` N the policy-token count of the whole batch (all ranks; default: this
+    call's count), so micro-batch and rank gradients sum to the exact token-mean. Returns (loss, stats)."""
+    n = logp.numel()
+    norm = float(normalizer if normalizer is not None else max(n, 1))
+    loss = -logp.sum() / norm
+    return loss, LossStats(tokens=float(n), nll_sum=-float(logp.detach().sum()))
 
 
 def loglinear_prox_logp(behav_logp: torch.Tensor, theta_logp: torch.Tensor, versions: torch.Tensor,

@@ -41,6 +41,9 @@ log = get_logger(__name__)
 
 def train(cfg: Any, run: RunDir, resume: bool = False) -> dict[str, Any]:
     """Train (or continue the run in `run` when `resume`); returns the summary written to results.json."""
+    from trainer.init_from import resolve_init_from
+
+    cfg = resolve_init_from(cfg)  # `train.init_from`: the command did it already (then this is a no-op)
     for restart in range(cfg.train.learner_max_restarts + 1):
         t_start = time.time()  # minutes count from here: setup (Ray, world, models) included
         rt = Runtime.create(cfg, run)
@@ -143,8 +146,12 @@ def _rollout_figures(rt: Runtime) -> dict[str, float]:
 def _save_trajectories(rt: Runtime, groups: list, step: int) -> None:
     if not rt.train_cfg.save_trajectories:
         return
+    if getattr(rt, "tokenizer_id", None) is None:  # once: trajectory files say which tokenizer made their ids
+        from serving.models import load_tokenizer, tokenizer_id
+
+        rt.tokenizer_id = tokenizer_id(load_tokenizer(rt.cfg.engine.model))
     with (rt.run.trajectories / "train.jsonl").open("a") as f:
         for g in groups:
             for tr in g.trajectories:
-                tr.meta.update(step=step, key=g.key)
+                tr.meta.update(step=step, key=g.key, tokenizer=rt.tokenizer_id)
                 f.write(tr.to_json() + "\n")

@@ -1,0 +1,55 @@
+"""`hexsearch sft CONFIG [key=value ...]`: supervised fine-tuning on token-exact trajectories (trainer/sft.py).
+
+    hexsearch sft configs/quickstart.yaml sft.source=oracle          # the world's chains, through the agent loop
+    hexsearch sft configs/quickstart.yaml sft.source=rft             # the policy's own successful episodes
+    hexsearch sft configs/quickstart.yaml sft.source=file sft.data=runs/big/trajectories/train.jsonl
+    hexsearch train configs/quickstart.yaml train.init_from=runs/<sft run>   # then RL from its best checkpoint
+"""
+
+from __future__ import annotations
+
+import typer
+
+from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli, open_run
+
+
+def result_line(summary: dict) -> str:
+    """The closing line of an SFT run."""
+    def fmt(x):
+        return "nan" if x is None else f"{x:.3f}"
+    return (f"RESULT sft dev_reward_before={fmt(summary.get('dev_reward_before'))} "
+            f"dev_reward_after={fmt(summary.get('dev_reward_after'))} "
+            f"dev_accuracy_after={fmt(summary.get('dev_accuracy_after'))} steps={summary['steps']} "
+            f"trajectories={summary['trajectories']} minutes={summary['minutes']:.1f}")
+
+
+def run_sft(config: str | None, overrides: list[str] | None) -> dict:
+    """Load the config, check the data source, run SFT into a new run folder, print the RESULT line."""
+    from core.log import setup_logging
+    from trainer.sft import sft
+    from trainer.sft_data import SFTDataError
+
+    cfg = config_from_cli(config, overrides)
+    if cfg.sft.source == "file" and not cfg.sft.data:
+        raise UserError("sft.source=file needs sft.data: a trajectories JSONL (e.g. runs/<run>/trajectories/train.jsonl)")
+    if cfg.engine.backend != "embedded":
+        raise UserError(f"sft: engine.backend={cfg.engine.backend} is not supported yet; the SFT stage samples and "
+                        "evaluates with engine.backend=embedded (the RL run that follows may use any backend)")
+    run = open_run(cfg, "sft")
+    setup_logging(cfg.run.log_level, run.log)
+    typer.echo(f"run folder: {run.path}", err=True)
+    try:
+        summary = sft(cfg, run)
+    except SFTDataError as e:
+        raise UserError(str(e)) from None
+    typer.echo(f"best checkpoint: step {summary['best_step']} (hexsearch export {run.path} --out DIR; "
+               f"train.init_from={run.path})", err=True)
+    typer.echo(result_line(summary))
+    return summary
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sft", help="Supervised fine-tuning on token-exact trajectories (oracle, rft or a file): the "
+                             "cold start before RL. Ends with a RESULT line.")
+    def _cmd(config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG) -> None:
+        run_sft(config, overrides)
