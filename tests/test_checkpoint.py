@@ -121,3 +121,40 @@ def test_nothing_in_the_project_unpickles():
                 if "weights_only=True" not in call:
                     offenders.append(f"{path.relative_to(root)}: {call}")
     assert offenders == []
+
+
+def test_only_step_folders_inside_the_checkpoints_folder_count(tmp_path, caplog):
+    """`step-x`, `step-3.bak`, a `step-9` symlink out of the folder, and a `latest` naming a checkpoint outside
+    (valid as it is) are all ignored, without an exception: the newest real checkpoint is used."""
+    import json
+
+    root, outside = tmp_path / "checkpoints", tmp_path / "elsewhere"
+    _save(root, 1)
+    good = _save(root, 2)
+    foreign = _save(outside, 7)
+    for name in ("step-x", "step-3.bak", "step-", "step-1e3"):
+        (root / name).mkdir()
+    (root / "step-9").symlink_to(foreign, target_is_directory=True)
+    assert checkpoint.latest(root) == good
+    for pointer in ("../elsewhere/step-7", str(foreign), "step-9", "step-2/../../elsewhere/step-7", "step-x"):
+        (root / "latest").write_text(pointer)
+        assert checkpoint.latest(root) == good, pointer
+    assert "not a step-<n> folder" in caplog.text
+    _save(root, 3, keep=2)  # pruning skips what is not a step folder, and never follows the link
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("step-3")) == ["step-3", "step-3.bak"]
+    assert (foreign / "state.json").exists() and json.loads((foreign / "state.json").read_text())
+
+
+@pytest.mark.parametrize("manifest", [None, "{not json", "[1, 2]", "{}", '{"state.json": "x"}',
+                                      '{"../step-1/state.json": {"size": 1, "sha256": "a"}}',
+                                      '{"/etc/hostname": {"size": 1, "sha256": "a"}}',
+                                      '{"state.json": {"size": "big", "sha256": 1}}'])
+def test_a_missing_or_malformed_manifest_invalidates_that_checkpoint_only(tmp_path, manifest):
+    first = _save(tmp_path, 1)
+    second = _save(tmp_path, 2)
+    if manifest is None:
+        (second / "manifest.json").unlink()
+    else:
+        (second / "manifest.json").write_text(manifest)
+    assert checkpoint.verify(second) is not None
+    assert checkpoint.latest(tmp_path) == first

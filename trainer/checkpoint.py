@@ -16,8 +16,10 @@ A checkpoint is assembled in a `.tmp-*` folder, every file and the folder fsynce
 then `latest` is replaced (also by rename, then fsync of the parent). A crash at any moment leaves the
 old or the new checkpoint, never half; and a checkpoint damaged afterwards (a truncated or altered
 file: its manifest no longer matches) is skipped by `latest()` with a warning, falling back to the
-previous valid one (`keep_checkpoints` >= 2 keeps one to fall back to). Nothing here unpickles: a
-pickle dropped into a run folder is never read.
+previous valid one (`keep_checkpoints` >= 2 keeps one to fall back to). So is one whose manifest is
+missing or malformed, or names a file outside its folder. Only folders named `step-<n>` are checkpoints,
+and `latest` counts only when it names one of them inside the checkpoints folder. Nothing here
+unpickles: a pickle dropped into a run folder is never read.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -35,6 +38,15 @@ from trainer.buffer import Group
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
+STEP_FOLDER = re.compile(r"step-([0-9]+)")
+"""The name of a checkpoint folder; nothing else under checkpoints/ counts (`step-3.bak`, `step-x`, ...)."""
+
+
+def step_folders(root: Path) -> list[Path]:
+    """The `step-<n>` folders directly under `root` (not symlinks out of it), oldest first."""
+    found = [(int(m.group(1)), p) for p in root.glob("step-*")
+             if (m := STEP_FOLDER.fullmatch(p.name)) and p.is_dir() and p.resolve().parent == root.resolve()]
+    return [p for _, p in sorted(found)]
 
 
 def _sha256(path: Path) -> str:
@@ -66,19 +78,26 @@ def _write_manifest(folder: Path) -> None:
 
 
 def verify(path: str | Path) -> str | None:
-    """Why the checkpoint folder is not valid (missing state, a file missing, truncated or altered), or None."""
+    """Why the checkpoint folder is not valid (missing state, a missing or malformed manifest, a manifest entry
+    outside the folder, a file missing, truncated or altered), or None. Never raises on what the files say."""
     path = Path(path)
-    if not (path / "state.json").exists():
+    if not (path / "state.json").is_file():
         return "no state.json"
-    if not (path / MANIFEST).exists():  # written before manifests: nothing to verify against
-        log.warning("checkpoint %s has no manifest.json (an older hexsearch wrote it); not verified", path)
-        return None
     try:
         manifest = json.loads((path / MANIFEST).read_text())
-    except ValueError as e:
-        return f"unreadable manifest ({e})"
+    except FileNotFoundError:
+        return f"no {MANIFEST}: nothing to verify its files against"
+    except (OSError, ValueError) as e:
+        return f"unreadable {MANIFEST} ({e})"
+    if not isinstance(manifest, dict) or not manifest:
+        return f"{MANIFEST} is not an object of files"
+    folder = path.resolve()
     for name, want in manifest.items():
-        f = path / name
+        f = (path / name).resolve()
+        if not f.is_relative_to(folder) or f == folder:
+            return f"{MANIFEST} names {name!r}, outside the checkpoint folder"
+        if not (isinstance(want, dict) and isinstance(want.get("size"), int) and isinstance(want.get("sha256"), str)):
+            return f"{MANIFEST} entry {name!r} is not {{size, sha256}}: {str(want)[:80]}"
         if not f.is_file():
             return f"{name} is missing"
         if f.stat().st_size != want["size"]:
@@ -123,7 +142,7 @@ def commit(tmp: Path, step: int, state: dict[str, Any], buffer: list[Group], kee
 
 
 def _prune(root: Path, keep: int) -> None:
-    steps = sorted((p for p in root.glob("step-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1]))
+    steps = step_folders(root)
     for p in steps[:-keep] if keep > 0 else []:
         shutil.rmtree(p, ignore_errors=True)
     for p in root.glob(".tmp-step-*"):
@@ -134,11 +153,9 @@ def latest(root: str | Path) -> Path | None:
     """The newest valid checkpoint folder (see `verify`), or None. The one `latest` names is tried first,
     then every `step-N` from the newest down; each one skipped is logged with the reason."""
     root = Path(root)
-    steps = sorted((p for p in root.glob("step-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1]),
-                   reverse=True)
-    pointer = root / "latest"
-    if pointer.exists():
-        named = root / pointer.read_text().strip()
+    steps = step_folders(root)[::-1]
+    named = _pointed_at(root)
+    if named is not None:
         steps = [named, *(p for p in steps if p != named)]
     for i, path in enumerate(steps):
         problem = verify(path)
@@ -147,6 +164,24 @@ def latest(root: str | Path) -> Path | None:
         later = "; trying an older one" if i + 1 < len(steps) else ""
         log.warning("checkpoint %s is not valid (%s)%s", path, problem, later)
     return None
+
+
+def _pointed_at(root: Path) -> Path | None:
+    """The checkpoint `root/latest` names, when it names a `step-<n>` folder of `root` (else None, with a warning)."""
+    pointer = root / "latest"
+    try:
+        name = pointer.read_text().strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        log.warning("%s is unreadable (%s); looking for the newest checkpoint instead", pointer, e)
+        return None
+    named = root / name
+    if STEP_FOLDER.fullmatch(name) is None or named not in step_folders(root):
+        log.warning("%s names %r, not a step-<n> folder of %s; looking for the newest checkpoint instead",
+                    pointer, name[:200], root)
+        return None
+    return named
 
 
 def load(path: str | Path) -> tuple[dict[str, Any], list[Group]]:
