@@ -186,3 +186,68 @@ def test_a_finished_index_is_cached_and_dropped_when_the_file_changed(tmp_path, 
     with path.open("r+") as f:  # rewritten in place: same inode, same size, other content
         f.write(lines[0].replace('"Q0?"', '"Z0?"'))
     assert TrajectoryIndex(path).refresh().rows[0]["q"] == "Z0?"
+
+
+def test_no_file_is_read_from_outside_its_run_folder(tmp_path, tokenizer):
+    """Every file the run pages read (config, metrics, results, eval rows, datagen items, trajectories) is resolved
+    first: a symlink out of the run folder is reported as an error, never read; `/api/run/-1` is no run."""
+    from viewer_runs import make_datagen_run, make_eval_run, make_train_run
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    secret = {"step": 1, "train/reward": 0.5, "question": "SECRET", "index": 0, "engine": {"model": "SECRET"}}
+    for name in ("metrics.jsonl", "results.jsonl", "items.jsonl", "stolen.jsonl"):
+        (outside / name).write_text(json.dumps(secret) + "\n")
+    (outside / "results.json").write_text(json.dumps({"steps": "SECRET"}))
+    (outside / "config.yaml").write_text("engine: {model: SECRET}\n")
+    train, ev, dg = (make_train_run(tmp_path / "runs", tokenizer, groups=1, bad_line=False),
+                     make_eval_run(tmp_path / "runs", tokenizer), make_datagen_run(tmp_path / "runs"))
+    links = {train: ("metrics.jsonl", "results.json", "config.yaml"), ev: ("results.jsonl",), dg: ("items.jsonl",)}
+    for run, names in links.items():
+        for name in names:
+            (run / name).unlink(missing_ok=True)
+            (run / name).symlink_to(outside / name)
+    (train / "trajectories" / "stolen.jsonl").symlink_to(outside / "stolen.jsonl")
+    server = ViewerServer([train, ev, dg]).start()
+    try:
+        for i in range(3):
+            status, body = get(server, f"/api/run/{i}")
+            assert status == 200 and "SECRET" not in json.dumps(body), (i, body)
+            assert any("leads out of the run folder" in e["error"] for e in body["errors"]), body["errors"]
+        assert "stolen.jsonl" not in get(server, "/api/run/0")[1]["trajectory_files"]
+        for path in ("/api/run/0/trajectories?file=stolen.jsonl", "/api/run/2/item?index=0", "/api/run/-1",
+                     "/api/run/-1/stamp", "/api/run/+0"):
+            status, body = get(server, path)
+            assert status == 404 and "SECRET" not in json.dumps(body), (path, status, body)
+    finally:
+        server.close()
+
+
+def test_metric_keys_cannot_pollute_the_page(tmp_path):
+    """A metric named `tools/__proto__/calls` (or a staleness bucket `__proto__`) stays a table row: the page's
+    objects (Object.prototype) are untouched. Runs pages.js's train section in node, with the page helpers stubbed."""
+    import shutil
+    from pathlib import Path
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    pages = Path(__file__).resolve().parents[1] / "hexsearch" / "viewer" / "static" / "pages.js"
+    metrics = [{"step": 1, "train/reward": 0.5, "tools/__proto__/calls": 7, "tools/constructor/ok": 1,
+                "tools/search/calls": 3, "rollout/staleness_hist": {"__proto__": {"polluted": 1}, "0": 2}}]
+    script = """
+const vm = require("vm"), fs = require("fs");
+const ctx = vm.createContext({HX: {pages: {}}, DATA: process.argv[2], h: (...a) => a, cards: x => x,
+  table: (cols, rows) => ({rows}), lineChart: () => null, barChart: (t, bars) => ({bars})});
+vm.runInContext(fs.readFileSync(process.argv[1], "utf8"), ctx);
+const out = vm.runInContext(`(() => { const page = trainSection({metrics: JSON.parse(DATA)});
+  const probe = {}; return {calls: probe.calls, ok: probe.ok, polluted: probe.polluted, page}; })()`, ctx);
+console.log(JSON.stringify(out));
+"""
+    run = subprocess.run([node, "-e", script, str(pages), json.dumps(metrics)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert "calls" not in out and "ok" not in out and "polluted" not in out, out  # undefined: not in the JSON
+    rows = next(x["rows"] for x in out["page"] if isinstance(x, dict) and "rows" in x)
+    assert {r["tool"]: r.get("calls", r.get("ok")) for r in rows} == {"__proto__": 7, "constructor": 1, "search": 3}

@@ -7,7 +7,9 @@
 
 A folder that is none of these but holds run folders (`runs/`) stands for all of them. Every JSONL file
 is read line by line: a line that is not JSON becomes an error naming the file and the line, and the
-rest of the file is still shown. Nothing here writes into a run folder.
+rest of the file is still shown. Nothing here writes into a run folder, and nothing is read from outside
+one: every file is resolved (symlinks included) first, and one that leads out of its run folder is
+reported as an error, never read.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ import yaml
 from hexsearch.viewer.index import TrajectoryIndex
 
 KINDS = ("train", "eval", "datagen", "ask")
+
+
+class OutsideRun(Exception):
+    """A run's file whose resolved path leads out of the run folder (a symlink, say): never read."""
+
 REPORT_FILES = ("report.md", "accuracy.png", "reward_curve.png", "log.txt")
 """Files of a run folder the run page links to (served as they are)."""
 
@@ -103,29 +110,55 @@ class Run:
     def kind(self) -> str:
         return kind_of(self.path) or "train"
 
+    def file(self, rel: str) -> Path:
+        """`rel` under the run folder, resolved (symlinks and `..` followed); OutsideRun when that leads out."""
+        root = self.path.resolve()
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root):
+            raise OutsideRun(f"{self.path / rel}: leads out of the run folder (to {target}); not read")
+        return target
+
+    def _read(self, rel: str, reader: Any) -> tuple[Any, list[dict[str, Any]]]:
+        """`reader(path)` on the run's file `rel` -> (content, errors); a file leading out of the run folder gives
+        (None, [its error]) and is not read."""
+        try:
+            path = self.file(rel)
+        except OutsideRun as e:
+            return None, [{"file": str(self.path / rel), "line": 0, "error": str(e)}]
+        content, errors = reader(path)
+        return content, (errors if isinstance(errors, list) else [errors] if errors else [])
+
     def config(self) -> dict[str, Any]:
         try:
-            cfg = yaml.safe_load((self.path / "config.yaml").read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+            cfg = yaml.safe_load(self.file("config.yaml").read_text(encoding="utf-8"))
+        except (OSError, OutsideRun, yaml.YAMLError):
             return {}
         return cfg if isinstance(cfg, dict) else {}
 
     def trajectory_files(self) -> list[str]:
-        folder = self.path / "trajectories"
-        return sorted(p.name for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+        """The trajectory files whose resolved path stays in the run folder."""
+        try:
+            folder = self.file("trajectories")
+        except OutsideRun:
+            return []
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.glob("*.jsonl") if p.resolve().is_relative_to(self.path.resolve()))
 
     def index(self, name: str) -> TrajectoryIndex:
         """The (growing) index of trajectories/<name>; only names that `trajectory_files` lists."""
         if name not in self.trajectory_files():
             raise KeyError(f"{self.path.name}: no trajectory file {name!r}")
         if name not in self.indexes:
-            self.indexes[name] = TrajectoryIndex(self.path / "trajectories" / name)
+            self.indexes[name] = TrajectoryIndex(self.file(f"trajectories/{name}"))
         return self.indexes[name].refresh()
 
     def stamp(self) -> str:
         """Changes whenever a file the pages read changes (the page polls it to update live)."""
         parts = []
         for p in (*self.path.glob("*.json*"), *(self.path / "trajectories").glob("*.jsonl")):
+            if not p.resolve().is_relative_to(self.path.resolve()):
+                continue
             try:
                 st = p.stat()
             except FileNotFoundError:
@@ -140,27 +173,29 @@ class Run:
                                "stamp": self.stamp(), "trajectory_files": self.trajectory_files(),
                                "model": (cfg.get("engine") or {}).get("model", ""), "errors": [],
                                "files": [n for n in REPORT_FILES if (self.path / n).is_file()]}
-        results, err = read_json(self.path / "results.json")
+        results, errs = self._read("results.json", read_json)
         out["results"] = results if isinstance(results, dict) else None
-        out["errors"] += [err] if err else []
+        out["errors"] += errs
         if (self.path / "metrics.jsonl").exists():
-            rows, errs = read_jsonl(self.path / "metrics.jsonl")
-            out["metrics"], out["errors"] = rows, out["errors"] + errs
+            rows, errs = self._read("metrics.jsonl", read_jsonl)
+            out["metrics"], out["errors"] = rows or [], out["errors"] + errs
             out["advantage"] = (cfg.get("train") or {}).get("advantage", "grpo")
         if self.kind == "eval":
-            rows, errs = read_jsonl(self.path / "results.jsonl")
-            report, err = read_json(self.path / "report.json")
-            out.update(rows=rows, report=report, suite=(cfg.get("eval") or {}).get("suite", ""))
-            out["errors"] += errs + ([err] if err else [])
+            rows, errs = self._read("results.jsonl", read_jsonl)
+            report, err = self._read("report.json", read_json)
+            out.update(rows=rows or [], report=report, suite=(cfg.get("eval") or {}).get("suite", ""))
+            out["errors"] += errs + err
         if self.kind == "datagen":
-            rows, errs = read_jsonl(self.path / "items.jsonl")
-            report, err = read_json(self.path / "report.json")
-            out.update(items=[_item_row(r) for r in rows], report=report)
-            out["errors"] += errs + ([err] if err else [])
+            rows, errs = self._read("items.jsonl", read_jsonl)
+            report, err = self._read("report.json", read_json)
+            out.update(items=[_item_row(r) for r in rows or []], report=report)
+            out["errors"] += errs + err
         return out
 
     def datagen_item(self, index: int) -> dict[str, Any]:
-        rows, _ = read_jsonl(self.path / "items.jsonl")
+        rows, errors = self._read("items.jsonl", read_jsonl)
+        if rows is None:
+            raise KeyError(errors[0]["error"])
         for r in rows:
             if r.get("index") == index:
                 return r

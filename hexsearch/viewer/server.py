@@ -58,9 +58,12 @@ class Api:
         self._lock = threading.Lock()
 
     def run(self, i: str) -> Run:
+        """Run number `i` (0, 1, ...): a negative number is no run, not one counted from the end."""
+        if not i.isdigit():
+            raise NotFound(f"no run {i!r}")
         try:
             return self.runs[int(i)]
-        except (ValueError, IndexError):
+        except IndexError:
             raise NotFound(f"no run {i!r}") from None
 
     def list_runs(self) -> dict[str, Any]:

@@ -21,13 +21,18 @@ function bucketCharts(m) {
 
 function trainSection(s) {
   const m = s.metrics || [], res = s.results || {}, last = [...m].reverse().find(r => "train/reward" in r) || {};
-  const stale = {};
-  m.forEach(r => Object.entries(r["rollout/staleness_hist"] || {}).forEach(([k, v]) => { stale[k] = (stale[k] || 0) + v; }));
-  const tools = {};
+  // Maps, never plain objects, for names that come from the run's files: a key such as "__proto__" would
+  // otherwise reach Object.prototype and change every object of the page.
+  const stale = new Map();
+  m.forEach(r => Object.entries(r["rollout/staleness_hist"] || {}).forEach(([k, v]) => stale.set(k, (stale.get(k) || 0) + v)));
+  const tools = new Map();
   Object.entries(last).forEach(([k, v]) => {
     const p = k.split("/");
-    if (p[0] === "tools" && p.length === 3) (tools[p[1]] = tools[p[1]] || { tool: p[1] })[p[2]] = v;
+    if (p[0] !== "tools" || p.length !== 3) return;
+    if (!tools.has(p[1])) tools.set(p[1], new Map([["tool", p[1]]]));
+    tools.get(p[1]).set(p[2], v);
   });
+  const toolRows = [...tools.values()].map(t => Object.assign(Object.create(null), Object.fromEntries(t)));
   const steps = m.filter(r => "train/reward" in r).length;
   return h("div", {},
     cards([["steps logged", steps], ["dev reward before", res.dev_reward_before], ["dev reward after", res.dev_reward_after],
@@ -41,7 +46,7 @@ function trainSection(s) {
     ...bucketCharts(m),
     h("h2", {}, "Rollouts"),
     h("div", { cls: "charts" },
-      barChart("staleness (versions behind, all steps)", Object.entries(stale).sort((a, b) => a[0] - b[0])),
+      barChart("staleness (versions behind, all steps)", [...stale.entries()].sort((a, b) => a[0] - b[0])),
       lineChart("queue depth / running", [{ name: "queue depth", points: series(m, "rollout/queue_depth") },
                                           { name: "running", points: series(m, "rollout/running") }]),
       lineChart("kept groups per step", [{ name: "kept groups", points: series(m, "train/kept_groups") }]),
@@ -50,8 +55,8 @@ function trainSection(s) {
       lineChart("staleness mean / max", [{ name: "mean", points: series(m, "rollout/staleness_mean") },
                                          { name: "max", points: series(m, "rollout/staleness_max") }])),
     h("h2", {}, "Tools (cumulative, last step)"),
-    Object.keys(tools).length ? table(["tool", "calls", "ok", "errors", "cache_hits", "retries", "timeouts",
-      "latency_p50_s", "latency_p90_s", "cost"].map(k => ({ label: k, key: k, num: k !== "tool" })), Object.values(tools))
+    toolRows.length ? table(["tool", "calls", "ok", "errors", "cache_hits", "retries", "timeouts",
+      "latency_p50_s", "latency_p90_s", "cost"].map(k => ({ label: k, key: k, num: k !== "tool" })), toolRows)
       : h("p", { cls: "muted" }, "no tool statistics in metrics.jsonl"));
 }
 
