@@ -14,9 +14,13 @@ RL control     POST /pause?mode=abort|wait|keep, POST /resume, GET /is_paused, P
                POST /update_weight_version {"new_version": n};  GET /weight_info
                POST /reset_prefix_cache (drops KV kept for sticky request ids);  GET /load
 
-Security: with HEXSEARCH_ENGINE_TOKEN set, the RL control routes need `Authorization: Bearer <token>` (the
-remote engine client sends it from the same variable); binding a non-loopback address requires it.
-`--weights-root` limits the folders a weight update may load.
+Security (serving/http_guard.py): with HEXSEARCH_ENGINE_TOKEN set, the RL control routes need `Authorization:
+Bearer <token>` (the remote engine client sends it from the same variable); binding a non-loopback address
+requires it, and a server hexsearch starts (serving/launch.py) always gets a fresh one. Whatever the bind, a
+web page the user opens cannot drive the server: a foreign `Host` (DNS rebinding) or any cross-origin `Origin`
+gets 403, a POST body that is not `application/json` 415, a body over MAX_BODY_BYTES 413.
+`--weights-root` limits the folders a weight update may load: a refused path is a 403 on `/update_weights` and
+`/collective_rpc` alike, and what is loaded is the path as resolved when it was checked.
 
 Sticky routing: a `request_id` body field or an `X-Request-Id` header names the trajectory, so the engine
 reuses that trajectory's KV cache on its next turn. Bad requests get HTTP 400 with a message, never a crash.
@@ -25,9 +29,7 @@ reuses that trajectory's KV cache on its next turn. Bad requests get HTTP 400 wi
 from __future__ import annotations
 
 import asyncio
-import hmac
 import inspect
-import ipaddress
 import time
 from pathlib import Path
 from typing import Any
@@ -47,12 +49,15 @@ from serving.engine_api import (
     output_text,
     usage,
 )
+from serving.http_guard import BodyLimit, LocalGuard, is_loopback
 from serving.protocol import GenerateRequest, SamplingParams
+
+MAX_BODY_BYTES = 32 << 20
+"""Largest request body (a batch of long token-id prompts is a few MB); larger ones get 413."""
 
 
 def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
-                        status_code=status)
+    return JSONResponse(_error_body(status, message, kind), status_code=status)
 
 
 def _version_arg(value: Any, field: str) -> int:
@@ -79,32 +84,34 @@ TOKEN_ENV = "HEXSEARCH_ENGINE_TOKEN"
 """Environment variable holding the control token (the server requires it, the remote client sends it)."""
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` is a loopback address or name."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+class Refused(Exception):
+    """A request the server refuses with HTTP 403 and this message (a weights path outside the root)."""
+
+
+def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def allowed_hosts(bind_host: str) -> frozenset[str] | None:
+    """Names accepted in `Host`: the loopback ones and the bound address; any for a wildcard bind."""
+    if bind_host in ("", "0.0.0.0", "::"):
+        return None
+    return frozenset({bind_host.strip("[]").lower()})
 
 
 def create_app(engine: Any, model_name: str | None = None, *, control_token: str | None = None,
-               weights_root: str | None = None) -> FastAPI:
+               weights_root: str | None = None, bind_host: str = "127.0.0.1",
+               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI app serving `engine` (any InferenceEngine; the embedded engine adds top log-probs).
 
     `control_token`: the RL control routes (CONTROL_PATHS) answer 401 without `Authorization: Bearer
-    <token>`. `weights_root`: weight updates may only load folders inside it (403 otherwise)."""
+    <token>`. `weights_root`: weight updates may only load folders inside it (403 otherwise). `bind_host`:
+    the address served, the one name besides loopback's accepted in `Host` (see serving/http_guard.py)."""
     app = FastAPI(title="hexsearch engine server")
     root = Path(weights_root).resolve() if weights_root else None
-
-    @app.middleware("http")
-    async def _control_auth(request: Request, call_next: Any) -> Any:
-        if control_token and request.url.path in CONTROL_PATHS:
-            sent = request.headers.get("authorization", "")
-            if not hmac.compare_digest(sent.encode(), f"Bearer {control_token}".encode()):
-                return _error(401, f"{request.url.path} needs 'Authorization: Bearer <token>'", "AuthenticationError")
-        return await call_next(request)
+    app.add_middleware(LocalGuard, token=control_token, control_paths=CONTROL_PATHS,
+                       allowed_hosts=allowed_hosts(bind_host), error=_error_body)
+    app.add_middleware(BodyLimit, limit=max_body_bytes)  # outermost: an oversized body is drained and refused first
     name = model_name or getattr(engine, "name", None) or "model"
     tok = engine.tokenizer
     max_len = getattr(engine, "max_model_len", None)
@@ -119,6 +126,10 @@ def create_app(engine: Any, model_name: str | None = None, *, control_token: str
     @app.exception_handler(BadRequest)
     async def _bad(_: Request, exc: BadRequest) -> JSONResponse:
         return _error(400, str(exc))
+
+    @app.exception_handler(Refused)
+    async def _refused(_: Request, exc: Refused) -> JSONResponse:
+        return _error(403, str(exc), "PermissionError")
 
     @app.exception_handler(ValueError)
     async def _value(_: Request, exc: ValueError) -> JSONResponse:
@@ -248,11 +259,14 @@ def create_app(engine: Any, model_name: str | None = None, *, control_token: str
         return {"status": "aborted", "aborted": n}
 
     async def load(path: Any, version: int) -> dict:
+        """Load the folder `path` as `version`; Refused (403) outside the weights root. The path is resolved
+        once and that resolved path is what loads: a symlink swapped after the check changes nothing."""
         if not isinstance(path, str) or not path:
             raise BadRequest("a weights folder path is required ('path' or 'weights_path')")
-        if root is not None and not Path(path).resolve().is_relative_to(root):
-            return _error(403, f"weights path {path} is outside the server's weights root {root}", "PermissionError")
-        await engine.update_weights(path, version)
+        resolved = Path(path).resolve()
+        if root is not None and not resolved.is_relative_to(root):
+            raise Refused(f"weights path {path} is outside the server's weights root {root}")
+        await engine.update_weights(str(resolved), version)
         return {"status": "ok", "version": engine.version}
 
     @app.post("/update_weights")
@@ -269,8 +283,11 @@ def create_app(engine: Any, model_name: str | None = None, *, control_token: str
         body = await _json(http)
         if body.get("method") != "reload_weights":
             raise BadRequest(f"unsupported collective_rpc method {body.get('method')!r}; supported: reload_weights")
-        kwargs = body.get("kwargs") or {}
-        path = kwargs.get("weights_path") or ((body.get("args") or [None])[0])
+        kwargs, args = body.get("kwargs") or {}, body.get("args") or []
+        if not isinstance(kwargs, dict) or not isinstance(args, list):
+            raise BadRequest("collective_rpc needs 'kwargs' as an object and 'args' as a list, got "
+                             f"{type(kwargs).__name__} and {type(args).__name__}")
+        path = kwargs.get("weights_path") or (args[0] if args else None)
         await load(path, engine.version)
         return {"results": [None]}
 
@@ -311,7 +328,7 @@ def serve(engine: Any, host: str = "127.0.0.1", port: int = 8000, model_name: st
     if not is_loopback(host) and not control_token:
         raise ValueError(f"binding {host} (not loopback) needs a control token: set {TOKEN_ENV} (the RL control "
                          "routes would otherwise let anyone on the network pause the engine or swap its weights)")
-    app = create_app(engine, model_name, control_token=control_token, weights_root=weights_root)
+    app = create_app(engine, model_name, control_token=control_token, weights_root=weights_root, bind_host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
     server = uvicorn.Server(config)
 

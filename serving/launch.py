@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -56,6 +57,8 @@ class ManagedServer:
     log_path: Path
     run_dir: RunDir | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    token: str | None = field(default=None, repr=False)
+    """The control token its clients must send (`Authorization: Bearer`); never written to engines.json."""
 
     @property
     def pid(self) -> int:
@@ -157,11 +160,17 @@ def start_engine_server(model_spec: str, *, host: str = "127.0.0.1", port: int |
                         max_batch_size: int | None = None, max_model_len: int | None = None,
                         extra_args: list[str] | None = None, env: dict[str, str] | None = None,
                         run_dir: RunDir | str | Path | None = None, name: str = "engine",
-                        startup_timeout_s: float = 180.0) -> ManagedServer:
+                        startup_timeout_s: float = 180.0, token: str | None = None) -> ManagedServer:
     """Start `hexsearch serve engine` (our OpenAI-compatible server) on a free port; see `start_server`.
 
+    The server always gets a control token: `token`, else the one `env` names, else a fresh random one; it is
+    `.token` of the result, for the clients (`build_remote(..., token=server.token)`).
     A port taken between choosing and binding (another process won the race) is retried on a new port.
     """
+    from serving.engine_server import TOKEN_ENV
+
+    token = token or (env or {}).get(TOKEN_ENV) or secrets.token_urlsafe(32)
+    env = {**(env or {}), TOKEN_ENV: token}
     attempts = 1 if port else 3
     for attempt in range(attempts):
         chosen = port or free_port(host)
@@ -174,14 +183,40 @@ def start_engine_server(model_spec: str, *, host: str = "127.0.0.1", port: int |
         command += list(extra_args or [])
         url = f"http://{host}:{chosen}"
         try:
-            return start_server(command, url=url, health_url=f"{url}/health", name=name, env=env, run_dir=run_dir,
-                                startup_timeout_s=startup_timeout_s,
-                                info={"kind": "hexsearch-engine", "model": model_spec})
+            server = start_server(command, url=url, health_url=f"{url}/health", name=name, env=env,
+                                  run_dir=run_dir, startup_timeout_s=startup_timeout_s,
+                                  info={"kind": "hexsearch-engine", "model": model_spec})
+            server.token = token
+            return server
         except ServerStartError as e:
             if attempt + 1 < attempts and "address already in use" in str(e).lower():
                 continue
             raise
     raise AssertionError("unreachable")
+
+
+AUTH_PROXY_ENV = "HEXSEARCH_AUTH_PROXY"
+"""Set (to anything) to state that an authenticating proxy guards the port of a vLLM/SGLang server bound beyond
+loopback, and that nothing reaches the port except through it."""
+
+
+def check_exposure(kind: str, host: str, *, token: str | None = None) -> None:
+    """Refuse (ServerStartError) to bind a vLLM or SGLang server beyond loopback without protection.
+
+    Their development-mode routes load weights and adapters (/collective_rpc, /update_weights_from_disk,
+    /v1/load_lora_adapter, /pause). SGLang's `--api-key` (the `token`) guards every route but /health and
+    /metrics, so a token is enough there; vLLM's guards only /v1, /v2, /inference and /cohere, never the
+    development routes, so vLLM needs the authenticating proxy (AUTH_PROXY_ENV)."""
+    from serving.http_guard import is_loopback
+
+    if is_loopback(host) or os.environ.get(AUTH_PROXY_ENV) or (kind == "sglang" and token):
+        return
+    how = ("set $HEXSEARCH_ENGINE_TOKEN (passed as its --api-key) or " if kind == "sglang" else
+           "its --api-key does not guard them; ")
+    raise ServerStartError(
+        f"refusing to bind {kind} to {host} (not loopback): its development-mode routes load weights and adapters "
+        f"for anyone who can reach the port; {how}bind 127.0.0.1 behind an authenticating proxy and set "
+        f"{AUTH_PROXY_ENV}=1 to say that one guards the port (docs/scale-out.md)")
 
 
 def start_vllm_server(model: str, *, run: RunDir | str | Path | None = None, host: str = "127.0.0.1",
@@ -196,6 +231,7 @@ def start_vllm_server(model: str, *, run: RunDir | str | Path | None = None, hos
     """
     from serving import vllm_setup
 
+    check_exposure("vllm", host)
     if not vllm_setup.venv_python().exists():
         vllm_setup.ensure_venv(quiet=True)
     model_dir = vllm_setup.untied_dir(model)
@@ -215,15 +251,24 @@ def start_sglang_server(model: str, *, run: RunDir | str | Path | None = None, h
                         port: int | None = None, tp: int = 1, max_model_len: int = 4096,
                         served_model: str = "policy", timeout_s: float = 900.0, name: str = "sglang") -> ManagedServer:
     """Start SGLang (`python -m sglang.launch_server`, from `$HEXSEARCH_SGLANG_PYTHON` or this Python) on a free
-    port with `tp` GPUs; see `start_server`. `model` is a model spec or folder."""
+    port with `tp` GPUs; see `start_server`. `model` is a model spec or folder. With $HEXSEARCH_ENGINE_TOKEN set it
+    is SGLang's `--api-key` (clients send it; the recorded command shows it redacted)."""
+    from serving.engine_server import TOKEN_ENV
     from serving.vllm_setup import untied_dir
+
+    token = os.environ.get(TOKEN_ENV) or None
+    check_exposure("sglang", host, token=token)
 
     chosen = port or free_port(host)
     python = os.environ.get("HEXSEARCH_SGLANG_PYTHON", sys.executable)
     # served from an untied copy, as vLLM is: a weight reload then replaces the output layer too
     argv = [python, "-m", "sglang.launch_server", "--model-path", str(untied_dir(model)), "--host", host,
             "--port", str(chosen), "--tp-size", str(tp), "--context-length", str(max_model_len),
-            "--served-model-name", served_model, "--enable-metrics"]
+            "--served-model-name", served_model, "--enable-metrics"] + (["--api-key", token] if token else [])
     url = f"http://{host}:{chosen}"
-    return start_server(argv, url=url, health_url=f"{url}/health", name=name, run_dir=run, startup_timeout_s=timeout_s,
-                        info={"kind": "sglang", "model": model, "served_model": served_model, "tp": tp})
+    recorded = [a if a != token else "<token>" for a in argv]
+    server = start_server(argv, url=url, health_url=f"{url}/health", name=name, run_dir=run,
+                          startup_timeout_s=timeout_s, info={"kind": "sglang", "model": model, "command": recorded,
+                                                             "served_model": served_model, "tp": tp})
+    server.token = token
+    return server

@@ -198,8 +198,10 @@ class EnginePool:
         if not is_checkpoint_dir(source) and not isinstance(source, Transferred):
             raise TypeError("an engine pool loads weights from a checkpoint folder every server can read, "
                             f"not a {type(source).__name__}")
-        self._last_weights = (source, int(version))
+        # a server that refuses (a path outside its weights root, say) fails the whole update: the pool keeps
+        # its version and the weights a rejoining server is given
         await self._fan_out(lambda e: e.update_weights(source, version), "update_weights")
+        self._last_weights = (source, int(version))
         self._version = int(version)
 
     async def health(self) -> dict[str, Any]:
@@ -342,20 +344,22 @@ class EnginePool:
 
 
 def build_remote(backend: str, urls: list[str], model: str, *, request_timeout_s: float = 600.0,
-                 **pool_kwargs: Any) -> Any:
-    """A client for `backend` (`http`, `vllm`, `sglang`): one engine for one URL, an EnginePool for several."""
+                 token: str | None = None, **pool_kwargs: Any) -> Any:
+    """A client for `backend` (`http`, `vllm`, `sglang`): one engine for one URL, an EnginePool for several.
+    `token`: the servers' control token (default: $HEXSEARCH_ENGINE_TOKEN)."""
     if not urls:
         raise ValueError(f"engine backend '{backend}' needs engine.urls (start a server with "
                          "`hexsearch serve engine|vllm` and name its URL, e.g. engine.urls=[http://127.0.0.1:8000])")
     if backend in ("http", "vllm"):
         from serving.remote_vllm import VLLMEngine
 
-        engines: list[RemoteEngine] = [VLLMEngine(u, model, backend=backend, request_timeout_s=request_timeout_s)
+        engines: list[RemoteEngine] = [VLLMEngine(u, model, backend=backend, request_timeout_s=request_timeout_s,
+                                                          token=token)
                                        for u in urls]
     elif backend == "sglang":
         from serving.remote_sglang import SGLangEngine
 
-        engines = [SGLangEngine(u, model, request_timeout_s=request_timeout_s) for u in urls]
+        engines = [SGLangEngine(u, model, request_timeout_s=request_timeout_s, token=token) for u in urls]
     else:
         raise ValueError(f"unknown remote backend '{backend}'; valid: {', '.join(REMOTE_BACKENDS)}")
     if len(engines) == 1:

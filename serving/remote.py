@@ -90,9 +90,10 @@ class RemoteEngine(ABC):
 
     def __init__(self, url: str, model: str | None = None, *, tokenizer: Any = None,
                  request_timeout_s: float = 600.0, connect_timeout_s: float = 5.0,
-                 drain_timeout_s: float = 10.0, send_seed: bool = True):
+                 drain_timeout_s: float = 10.0, send_seed: bool = True, token: str | None = None):
         """`url` is the server's base URL; `model` is the model spec the server serves (the tokenizer is
-        loaded locally from it, so clients tokenise tool text exactly as the server does)."""
+        loaded locally from it, so clients tokenise tool text exactly as the server does). `token`: the
+        server's control token, sent as a bearer token (default: $HEXSEARCH_ENGINE_TOKEN when set)."""
         self.url = url.rstrip("/")
         if "://" not in self.url:
             self.url = "http://" + self.url
@@ -102,6 +103,7 @@ class RemoteEngine(ABC):
         self.connect_timeout_s = connect_timeout_s
         self.drain_timeout_s = drain_timeout_s
         self.send_seed = send_seed
+        self.token = token
         self._version = 0
         self._version_known = False
         self._paused = False
@@ -267,7 +269,7 @@ class RemoteEngine(ABC):
         limits = httpx.Limits(max_connections=4096, max_keepalive_connections=256, keepalive_expiry=2.0)
         # Environment proxies are ignored (as the tools do): engine traffic stays on the configured address.
         # The control token of our engine server, when set, goes with every call.
-        token = os.environ.get("HEXSEARCH_ENGINE_TOKEN")
+        token = self.token or os.environ.get("HEXSEARCH_ENGINE_TOKEN")
         self._client = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(
             self.request_timeout_s, connect=self.connect_timeout_s), trust_env=False,
             headers={"Authorization": f"Bearer {token}"} if token else None)

@@ -34,6 +34,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from serving.http_guard import BodyLimit, send_json
 from tools.base import percentiles
 from tools.batcher import RetrievalBatcher
 from tools.docstore import PageStore
@@ -50,47 +51,8 @@ MAX_QUERY_CHARS = 4096
 MAX_RESULTS = 100_000
 """Most queries x topk in one request (what the response holds)."""
 MAX_BODY_BYTES = 8 << 20
-"""Largest request body; larger ones get 413 before any of it is parsed."""
-
-
-class BodyLimit:
-    """ASGI middleware: 413 for a body over `limit` bytes, by its Content-Length or, for a chunked body,
-    as soon as the bytes received pass the limit (at most `limit` bytes are ever held)."""
-
-    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            return await self._too_large(send)
-        messages, seen = [], 0  # read the body here, never past the limit, then hand it on
-        while True:
-            message = await receive()
-            messages.append(message)
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                return await self._too_large(send)
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
-
-        async def replay() -> dict:
-            return messages.pop(0) if messages else await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _too_large(self, send: Any) -> None:
-        await send_json(send, 413, {"detail": f"request body over {self.limit} bytes"})
-
-
-async def send_json(send: Any, status: int, payload: Any) -> None:
-    """An ASGI JSON response, encoded as FastAPI's JSONResponse encodes it."""
-    body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+"""Largest request body; larger ones get 413 (readable by the client: serving/http_guard.py) before any of it
+is parsed."""
 
 
 class FastPath:
@@ -238,7 +200,7 @@ def create_app(source: Retriever | str | Path, *, default_topk: int = 3, max_bat
         return JSONResponse(await retrieve_body(await request.body()))
 
     app.add_middleware(FastPath, path="/retrieve", handler=retrieve_body)
-    app.add_middleware(BodyLimit)  # added last: outermost, so the fast path sees only bodies within the limit
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)  # added last: outermost, so the fast path sees only bodies within the limit
 
     @app.post("/access")
     async def access(request: Request) -> JSONResponse:

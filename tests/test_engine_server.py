@@ -30,8 +30,9 @@ EXACT = {"temperature": 1.0, "seed": 4321}
 class HttpEngine:
     """The InferenceEngine protocol over our server's HTTP API (test adapter; weights from folders only)."""
 
-    def __init__(self, url: str, tokenizer):
+    def __init__(self, url: str, tokenizer, token: str | None = None):
         self.url, self._tokenizer = url, tokenizer
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     @property
     def tokenizer(self):
@@ -43,7 +44,7 @@ class HttpEngine:
 
     async def _post(self, path: str, body: dict | None = None, **params) -> dict:
         async with httpx.AsyncClient(timeout=300) as client:
-            r = await client.post(f"{self.url}{path}", json=body or {}, params=params)
+            r = await client.post(f"{self.url}{path}", json=body or {}, params=params, headers=self.headers)
         r.raise_for_status()
         return r.json()
 
@@ -97,11 +98,13 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def http(server, tokenizer):
-    return HttpEngine(server.url, tokenizer)
+    return HttpEngine(server.url, tokenizer, server.token)
 
 
 def post(server, path: str, body=None, **kw) -> httpx.Response:
-    return httpx.post(f"{server.url}{path}", json=body, timeout=120, **kw)
+    """POST as the server's own client does: with its control token."""
+    headers = {"Authorization": f"Bearer {server.token}", **kw.pop("headers", {})}
+    return httpx.post(f"{server.url}{path}", json=body, timeout=120, headers=headers, **kw)
 
 
 def test_launch_is_recorded_and_healthy(server):
@@ -198,14 +201,15 @@ def test_bad_requests_get_400_with_a_message(server, tmp_path):
 
 
 async def test_pause_resume_is_paused_and_abort_requests(server):
-    async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+    auth = {"Authorization": f"Bearer {server.token}"}
+    async with httpx.AsyncClient(base_url=server.url, timeout=120, headers=auth) as client:
         assert (await client.post("/pause", params={"mode": "keep"})).json() == {"status": "paused"}
         assert (await client.get("/is_paused")).json() == {"is_paused": True}
         assert (await client.post("/resume")).json() == {"status": "resumed"}
         assert (await client.get("/is_paused")).json() == {"is_paused": False}
         body = {"prompt": [1, 2, 3], "max_tokens": 4000, "ignore_eos": True, "request_id": "long-one"}
         long = asyncio.create_task(client.post("/v1/completions", json=body))
-        http = HttpEngine(server.url, None)
+        http = HttpEngine(server.url, None, server.token)
         await suite.wait_for_progress(http, min_tokens=5)
         aborted = (await client.post("/abort_requests", json={"request_ids": ["long-one"]})).json()
         assert aborted == {"status": "aborted", "aborted": 1}
@@ -258,7 +262,7 @@ async def test_protocol_suite_through_the_remote_client(server, folders):
     drives vLLM: our server is shaped so that one client serves both."""
     from serving.remote_vllm import VLLMEngine
 
-    engine = VLLMEngine(server.url, "tiny-random", backend="http")
+    engine = VLLMEngine(server.url, "tiny-random", backend="http", token=server.token)
     try:
         await suite.check_generate_consistent(engine, exact=EXACT)
         await suite.check_stop_conditions(engine, exact=EXACT)
@@ -310,6 +314,15 @@ def test_control_routes_need_the_token_and_weights_stay_under_the_root(tmp_path,
         asyncio.run(control())
     finally:
         srv.stop()
+
+
+def test_a_launched_server_gets_a_fresh_token_that_never_reaches_the_run_folder(server):
+    """`start_engine_server` gives every server a fresh random control token (its clients get `.token`), so the
+    control routes of a server hexsearch starts are never open, and the token is not written to engines.json."""
+    assert server.token and len(server.token) >= 32
+    assert httpx.post(f"{server.url}/pause").status_code == 401
+    assert httpx.post(f"{server.url}/update_weights", json={"path": "/tmp"}).status_code == 401
+    assert server.token not in server.run.engines.read_text()
 
 
 def test_serving_beyond_loopback_needs_a_token():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +28,21 @@ from serving.remote_vllm import VLLMEngine
 pytestmark = pytest.mark.timeout(600)
 
 
+TOKEN = secrets.token_urlsafe(32)
+"""One control token for all the servers of this module (a pool's clients send the one $HEXSEARCH_ENGINE_TOKEN)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _token_env():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HEXSEARCH_ENGINE_TOKEN", TOKEN)
+        yield
+
+
 def _start(port: int | None = None):
     # one torch thread each: three servers share two cores, and oversubscribed OpenMP crawls
     return start_engine_server("tiny-random", dtype="float32", max_batch_size=16, max_model_len=2048, port=port,
-                               extra_args=["--threads", "1"], startup_timeout_s=300)
+                               extra_args=["--threads", "1"], startup_timeout_s=300, token=TOKEN)
 
 
 @pytest.fixture(scope="module")

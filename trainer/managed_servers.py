@@ -5,6 +5,8 @@
                                      each launches its server (serving/launch.py) on its node, waits for
                                      /health, and records it in <run>/engines.json
     .urls                            what the engine client pool is built over (as if given in engine.urls)
+    .token                           our `http` servers' control token, fresh for each run (serving/launch.py);
+                                     the engine client actors get it as $HEXSEARCH_ENGINE_TOKEN
     .watch(sync, log, fail)          every `train.engine_health_interval_s`: a server whose process died is
                                      started again on the same port and given the weights the others hold
                                      (`sync.current`, under `sync.lock`), at most `train.engine_max_restarts` times
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from typing import Any
 
 
@@ -25,10 +28,11 @@ class ServerActor:
     """Ray actor body: one inference server process on this actor's node and GPUs."""
 
     def __init__(self, engine_cfg: Any, name: str, run_path: str, local: bool, lora_rank: int = 0,
-                 transfer: str = "disk"):
+                 transfer: str = "disk", token: str | None = None):
         import ray
 
         self.cfg, self.name, self.run_path, self.lora_rank = engine_cfg, name, run_path, lora_rank
+        self.token = token
         self.transfer = transfer
         self.host = "127.0.0.1" if local else ray.util.get_node_ip_address()
         self.server: Any = None
@@ -60,7 +64,7 @@ class ServerActor:
             self.server = launch.start_engine_server(cfg.model, host=self.host, port=self.port, dtype=cfg.dtype,
                                                      max_batch_size=cfg.max_batch_size,
                                                      max_model_len=cfg.max_model_len, run_dir=self.run_path,
-                                                     name=self.name)
+                                                     name=self.name, token=self.token)
         self.port = int(self.server.url.rsplit(":", 1)[1])
         return self.server.url
 
@@ -78,7 +82,8 @@ class ServerActor:
         if weights is not None and version > 0:
             from serving.pool import build_remote
 
-            client = build_remote(self.cfg.backend, [url], self.cfg.model, request_timeout_s=self.cfg.request_timeout_s)
+            client = build_remote(self.cfg.backend, [url], self.cfg.model, request_timeout_s=self.cfg.request_timeout_s,
+                                  token=self.token)
             try:
                 await client.update_weights(weights, version)
             finally:
@@ -93,8 +98,9 @@ class ServerActor:
 class ManagedServers:
     """The servers of one run (see module docstring)."""
 
-    def __init__(self, actors: list[Any], urls: list[str], max_restarts: int, interval_s: float):
-        self.actors, self.urls = actors, urls
+    def __init__(self, actors: list[Any], urls: list[str], max_restarts: int, interval_s: float,
+                 token: str | None = None):
+        self.actors, self.urls, self.token = actors, urls, token
         self.max_restarts, self.interval_s = max_restarts, interval_s
         self.restarts = 0
         self._task: asyncio.Task | None = None
@@ -114,14 +120,15 @@ class ManagedServers:
                                f"{gpus:g} GPU(s) (engine.tensor_parallel_size) but the Ray cluster has "
                                f"{ray.cluster_resources().get('GPU', 0.0):g} GPUs; give engine.urls of running servers")
         actor = ray.remote(ServerActor).options(num_cpus=0, num_gpus=gpus, max_restarts=0)
-        actors = [actor.remote(cfg.engine, f"{backend}-{i}", run_path, not t.ray_address, t.lora_rank, t.weight_transfer)
-                  for i in range(t.engine_replicas)]
+        token = secrets.token_urlsafe(32) if backend == "http" else None  # one per run, for all its servers
+        actors = [actor.remote(cfg.engine, f"{backend}-{i}", run_path, not t.ray_address, t.lora_rank, t.weight_transfer,
+                               token) for i in range(t.engine_replicas)]
         try:
             urls = ray.get([a.start.remote() for a in actors])
         except Exception:
             cls(actors, [], 0, 0).stop()
             raise
-        return cls(actors, urls, t.engine_max_restarts, t.engine_health_interval_s)
+        return cls(actors, urls, t.engine_max_restarts, t.engine_health_interval_s, token)
 
     def watch(self, sync: Any, log: Any, fail: Any) -> None:
         if self.interval_s > 0:

@@ -114,6 +114,10 @@ class Runtime:
             cfg = self.cfg = replace(cfg, engine=replace(cfg.engine, urls=list(self.servers.urls)))
         replicas, placement = ((t.engine_replicas, ray_options(t.engine_resources)) if embedded
                                else (1, {"num_cpus": 0}))
+        if self.servers is not None and self.servers.token:  # the client actor talks to servers started above
+            from serving.engine_server import TOKEN_ENV
+
+            placement["runtime_env"] = {"env_vars": {TOKEN_ENV: self.servers.token}}
         # every actor loads (imports, model, index) at the same time; one wait for all of them below
         engine_names = engine_actor_names("engine", replicas)
         handles, loading = create_engine_actors(cfg.engine, replicas, placement, role_threads(t.engine_resources),

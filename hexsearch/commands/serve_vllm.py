@@ -7,7 +7,9 @@ What it does, each step idempotent: creates `.venv-vllm` (scripts/setup_vllm.sh)
 into an untied checkpoint (vLLM's reload_weights ignores tied output layers), starts
 `python -m vllm.entrypoints.openai.api_server` with the RL endpoints enabled, waits for /health,
 records the address in the run folder (engines.json), and keeps it running until Ctrl-C/SIGTERM,
-which stops the whole process group.
+which stops the whole process group. A `--host` beyond loopback is refused unless an authenticating proxy
+guards the port ($HEXSEARCH_AUTH_PROXY, see docs/scale-out.md): vLLM's --api-key leaves the development-mode
+routes open.
 """
 
 from __future__ import annotations
@@ -46,8 +48,13 @@ def register(serve_app: typer.Typer) -> None:
         from core.progress import console
         from core.rundir import RunDir
         from serving import vllm_setup
-        from serving.launch import ServerStartError, start_vllm_server
+        from serving.launch import ServerStartError, check_exposure, start_vllm_server
         from serving.models import ModelNotFound, resolve_model
+
+        try:  # before any setup: a bind that would expose the development-mode routes is refused in a second
+            check_exposure("vllm", host)
+        except ServerStartError as e:
+            raise UserError(str(e)) from e
 
         gpu = vllm_setup.has_gpu()
         try:
