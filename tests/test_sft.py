@@ -63,6 +63,36 @@ def test_oracle_is_token_exact_under_prefilled_tags_and_earns_reward_1():
         assert traj.meta["tokenizer"].startswith("vocab-")
 
 
+def test_oracle_writes_hermes_tool_calls_ending_with_eos():
+    items, kept, _, tok = _collect([*QUICK, "agent.action_format=hermes"], 4)
+    by_id = {q.id: q for q in items}
+    assert len(kept) == 4
+    for traj in kept:
+        q = by_id[traj.question_id]
+        call = json.dumps({"name": "search", "arguments": {"query": traj.tool_calls[0].args["query"]}})
+        # `<tool_call>\n` was prefilled; the tool-call turn ends with EOS, the answer at `</answer>`
+        assert _policy_text(traj, tok) == f"{call}\n</tool_call>{tok.eos_token}{q.answers[0]}</answer>"
+        assert traj.reward == 1.0
+
+
+def test_rft_keeps_the_policys_own_episodes_that_reach_the_reward_bar():
+    from agent.workflow import make_workflow
+    from serving.factory import build_engine
+    from trainer.runtime import load_questions
+    from trainer.sft_data import collect
+    from world import with_world_index
+
+    cfg = load_config("configs/quickstart.yaml", [*QUICK, "sft.source=rft", "sft.rft_samples=2", "agent.max_new_tokens=8"])
+    items = load_questions(cfg)[0][:2]
+    cfg, world = with_world_index(cfg)
+    workflow, engine = make_workflow(cfg, world_dir=world), build_engine(cfg.engine)
+    for bar, expect in ((0.0, 4), (1.5, 0)):  # every episode earns >= 0; none earns more than 1
+        cfg.sft.rft_min_reward = bar
+        kept, counts = asyncio.run(collect(cfg, items, workflow, engine))
+        assert len(kept) == counts["sft/kept"] == expect and counts["sft/episodes"] == 4
+    asyncio.run(workflow.aclose())
+
+
 def test_oracle_follows_multi_hop_chains_through_read_turns():
     from serving.oracle import chain_titles
 
