@@ -6,13 +6,17 @@ PYTEST_ARGS ?=
 
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-slow bench lint clean
+.PHONY: setup demo demo-long test test-slow bench lint clean
 
 setup:
 	@scripts/setup.sh
 
 demo: setup
 	$(HEX) demo
+
+# The long-horizon recipe: SFT cold start, async RL, per-bucket test evaluation (about an hour on 2 cores)
+demo-long: setup
+	$(HEX) demo-long
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

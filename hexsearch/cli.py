@@ -16,6 +16,7 @@ from hexsearch.commands import (
     config_cmd,
     datagen,
     demo,
+    demo_long,
     eval_cmd,
     export,
     index,
@@ -42,7 +43,7 @@ def _root(quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress b
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-for module in (train, sft, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, view, export):
+for module in (train, sft, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, demo_long, view, export):
     module.register(app)
 
 

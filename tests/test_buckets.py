@@ -54,3 +54,13 @@ def test_eval_report_groups_by_bucket():
     assert report["groups"]["bucket"]["n8"]["avg@1"] == 1.0
     assert report["groups"]["bucket"]["hops2"]["avg@1"] == 0.0
     assert report["groups"]["bucket"]["n8"]["mean"]["tool_calls"] == 8.0
+
+
+def test_dev_subset_spreads_over_buckets():
+    from trainer.runtime import spread_over_buckets
+
+    items = [QAItem(f"b{i}", "?", ["x"], meta={"hops": 1}) for i in range(6)]
+    items += [QAItem(f"l{i}", "?", ["x"], meta={"family": "lineage", "n": 8 * (1 + i % 2)}) for i in range(4)]
+    assert [i.id for i in spread_over_buckets(items, 5)] == ["b0", "l0", "l1", "b1", "l2"]
+    assert [i.id for i in spread_over_buckets(items[:6], 4)] == ["b0", "b1", "b2", "b3"]  # one bucket: the head
+    assert len(spread_over_buckets(items, 100)) == 10

@@ -59,6 +59,15 @@ def rollout_metrics(groups: list[Group], version: int) -> tuple[dict[str, float]
     }, staleness
 
 
+def eval_figures(trajs: list[Any]) -> dict[str, float]:
+    """The dev evaluation's figures of a list of scored trajectories (training's and SFT's alike)."""
+    n = max(len(trajs), 1)
+    return {"eval/reward": sum(t.reward for t in trajs) / n, "eval/accuracy": sum(accuracy(t) for t in trajs) / n,
+            "eval/answered": sum(t.prediction is not None for t in trajs) / n,
+            "eval/tool_calls": sum(len(t.tool_calls) for t in trajs) / n, "eval/questions": float(len(trajs)),
+            **bucket_metrics(trajs, "eval/accuracy", "eval/tool_calls")}
+
+
 def bucket_metrics(trajs: list[Any], accuracy_key: str, tool_calls_key: str) -> dict[str, float]:
     """`<accuracy_key>/<bucket>` and `<tool_calls_key>/<bucket>` (mean tool calls per episode) for each
     difficulty bucket among `trajs` (`hops2`, `n8`, ...: agent.qa.question_bucket, carried in

@@ -18,7 +18,7 @@ from typing import Any
 
 from core.rundir import RunDir
 from trainer import checkpoint
-from trainer.batch import accuracy, bucket_metrics
+from trainer.batch import eval_figures
 from trainer.buffer import GroupBuffer
 from trainer.controller import RolloutController
 from trainer.data import QuestionStream
@@ -55,7 +55,24 @@ def load_questions(cfg: Any) -> tuple[list[Any], list[Any]]:
                           world_config=cfg.world)
         return train, data.items
     dev = load_qa(cfg.train.dev_data or world / QA_FILES["dev"])
-    return train, dev[: cfg.train.eval_questions]
+    return train, spread_over_buckets(dev, cfg.train.eval_questions)
+
+
+def spread_over_buckets(items: list[Any], n: int) -> list[Any]:
+    """The first `n` items taken round-robin over difficulty buckets (agent.qa.question_bucket), each bucket
+    in file order: a dev subset that covers every bucket; with one bucket it is simply `items[:n]`."""
+    from agent.qa import question_bucket
+
+    by: dict[Any, list[Any]] = {}
+    for item in items:
+        by.setdefault(question_bucket(getattr(item, "meta", {}) or {}), []).append(item)
+    queues, out = list(by.values()), []
+    while len(out) < n and queues:
+        for q in queues:
+            if q and len(out) < n:
+                out.append(q.pop(0))
+        queues = [q for q in queues if q]
+    return out
 
 
 class Runtime:
@@ -201,12 +218,7 @@ class Runtime:
         shares = [list(range(i, len(self.dev_items), n)) for i in range(n)]
         results = await asyncio.gather(*(self._eval_share(w, idx) for w, idx in enumerate(shares) if idx))
         trajs = [tr for part in results for tr in part]
-        return {**self._suite_scores(trajs), "eval/reward": sum(tr.reward for tr in trajs) / len(trajs),
-                "eval/accuracy": sum(accuracy(tr) for tr in trajs) / len(trajs),
-                "eval/answered": sum(tr.prediction is not None for tr in trajs) / len(trajs),
-                "eval/tool_calls": sum(len(tr.tool_calls) for tr in trajs) / len(trajs),
-                **bucket_metrics(trajs, "eval/accuracy", "eval/tool_calls"),
-                "eval/questions": float(len(trajs)), "time/eval_s": time.perf_counter() - t0}
+        return {**self._suite_scores(trajs), **eval_figures(trajs), "time/eval_s": time.perf_counter() - t0}
 
     def _suite_scores(self, trajs: list[Any]) -> dict[str, float]:
         """`eval/<scorer>` means under `train.eval_suite`'s rule-based scorers (the same code `hexsearch eval` runs)."""

@@ -27,7 +27,7 @@ from core.log import get_logger
 from core.progress import progress
 from core.rundir import RunDir
 from trainer import checkpoint
-from trainer.batch import accuracy
+from trainer.batch import eval_figures
 from trainer.metrics import MetricsLogger
 from trainer.sft_data import (
     SFTDataError,
@@ -172,11 +172,7 @@ class _Evaluator:
                                                         request_id=f"eval-{self.seed}-{k}-{time.monotonic_ns()}")
 
         trajs = await asyncio.gather(*(one(k, q) for k, q in enumerate(self.items)))
-        n = len(trajs)
-        return {"eval/reward": sum(t.reward for t in trajs) / n, "eval/accuracy": sum(accuracy(t) for t in trajs) / n,
-                "eval/answered": sum(t.prediction is not None for t in trajs) / n,
-                "eval/tool_calls": sum(len(t.tool_calls) for t in trajs) / n, "eval/questions": float(n),
-                "time/eval_s": time.perf_counter() - t0}
+        return {**eval_figures(trajs), "time/eval_s": time.perf_counter() - t0}
 
 
 def _learners(cfg: Any) -> Any:

@@ -1,0 +1,168 @@
+"""`hexsearch demo-long` (`make demo-long`): the long-horizon recipe end to end on CPU.
+
+    base  = eval(test split, the base model)            # greedy, per bucket: hops1..3, n2..n32
+    sft   = hexsearch sft CONFIG                        # oracle episodes -> the best checkpoint on dev
+    sft_e = eval(test split, sft's best checkpoint)
+    rl    = hexsearch train CONFIG train.init_from=sft  # async RL from the cold start
+    rl_e  = eval(test split, rl's final checkpoint)
+    RESULT long_horizon base=... sft=... rl=... acc_hops2_3=... acc_n8=... acc_n32=... base_n32=...
+           tool_calls_first=... tool_calls_last=... max_turns=... minutes=...
+
+Accuracy is exact match on the held-out test questions with greedy decoding (the eval harness's `world`
+scorer); tool calls are the RL run's sampled episodes on the largest-N bucket at its first and last step;
+max_turns is the most turns of any episode the RL run trained on. Each stage is its own run folder, and
+the summary goes to `<runs>/<name>-summary.json` (docs/training.md#long-horizon).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli, open_run
+
+LONG_CONFIG = "configs/long-horizon.yaml"
+
+
+def _named(cfg: Any, name: str) -> Any:
+    return replace(cfg, run=replace(cfg.run, name=name))
+
+
+def evaluate_test(cfg: Any, name: str, model: str) -> dict[str, Any]:
+    """Greedy accuracy of `model` on the world's test split: {"overall": avg@1, bucket: avg@1, ...} plus
+    mean tool calls per bucket under `calls/<bucket>`."""
+    from hexsearch.commands.eval_cmd import _evaluate
+
+    ecfg = replace(_named(cfg, name), engine=replace(cfg.engine, model=model),
+                   eval=replace(cfg.eval, suite="world", data="", n=1, k=[1], temperature=0.0, limit=0))
+    run = open_run(ecfg, "eval")
+    report = asyncio.run(_evaluate(ecfg, run))
+    out = {"overall": report["overall"]["avg@1"], "run": str(run.path)}
+    for bucket, figures in report.get("groups", {}).get("bucket", {}).items():
+        out[bucket] = figures["avg@1"]
+        out[f"calls/{bucket}"] = figures["mean"]["tool_calls"]
+    return out
+
+
+def _policy_of(cfg: Any, run_dir: Path) -> str:
+    """The exported policy folder of a run's newest checkpoint (the SFT's best; RL's final)."""
+    from trainer.init_from import resolve_init_from
+
+    return resolve_init_from(replace(cfg, train=replace(cfg.train, init_from=str(run_dir)))).engine.model
+
+
+def _bucket_mean(figures: dict[str, Any], buckets: list[str]) -> float | None:
+    got = [figures[b] for b in buckets if b in figures]
+    return sum(got) / len(got) if got else None
+
+
+def _largest_n(metrics: list[dict[str, Any]]) -> str | None:
+    ns = {k.rsplit("/", 1)[1] for r in metrics for k in r if k.startswith("agent/tool_calls/n")}
+    return max(ns, key=lambda b: int(b[1:]), default=None)
+
+
+def rl_figures(run_dir: Path) -> dict[str, Any]:
+    """Tool calls per episode on the largest-N bucket at the first and last RL step, and the most turns of
+    any trained episode (from the run's metrics.jsonl and trajectories/)."""
+    from trainer.metrics import read_metrics
+
+    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "train/reward" in r]
+    bucket = _largest_n(rows)
+    key = f"agent/tool_calls/{bucket}"
+    calls = [r[key] for r in rows if key in r]
+    turns = 0
+    for path in sorted((run_dir / "trajectories").glob("*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    turns = max(turns, int(json.loads(line).get("num_turns", 0)))
+                except (ValueError, AttributeError):
+                    continue  # a torn last line of a killed run
+    return {"bucket": bucket, "tool_calls_first": calls[0] if calls else None,
+            "tool_calls_last": calls[-1] if calls else None, "max_turns": turns}
+
+
+def result_line(s: dict[str, Any]) -> str:
+    def f(x: Any) -> str:
+        return "nan" if x is None else f"{x:.3f}"
+    return (f"RESULT long_horizon base={f(s['base'])} sft={f(s['sft'])} rl={f(s['rl'])} "
+            f"acc_hops2_3={f(s['acc_hops2_3'])} acc_n8={f(s['acc_n8'])} acc_n32={f(s['acc_n32'])} "
+            f"base_n32={f(s['base_n32'])} tool_calls_first={f(s['tool_calls_first'])} "
+            f"tool_calls_last={f(s['tool_calls_last'])} max_turns={s['max_turns']} minutes={s['minutes']:.1f}")
+
+
+def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, Any]:
+    from core.log import setup_logging
+    from hexsearch.commands.demo import world_line
+    from trainer.sft import sft
+    from trainer.sft_data import SFTDataError
+    from trainer.train import train
+
+    t0 = time.time()
+    cfg = config_from_cli(config or _long_config_path(), overrides)
+    name = cfg.run.name or time.strftime("long-%Y%m%d-%H%M%S")
+    typer.echo(world_line(cfg))
+    base = evaluate_test(cfg, f"{name}-base", cfg.engine.model)
+    typer.echo(f"base: test accuracy {base['overall']:.3f} ({base['run']})")
+
+    sft_run = open_run(_named(cfg, f"{name}-sft"), "sft")
+    setup_logging(cfg.run.log_level, sft_run.log)
+    try:
+        sft_summary = sft(_named(cfg, f"{name}-sft"), sft_run)
+    except SFTDataError as e:
+        raise UserError(str(e)) from None
+    after_sft = evaluate_test(cfg, f"{name}-sft-test", _policy_of(cfg, sft_run.path))
+    typer.echo(f"sft: best step {sft_summary['best_step']}, test accuracy {after_sft['overall']:.3f}")
+
+    rl_cfg = replace(_named(cfg, f"{name}-rl"), train=replace(cfg.train, init_from=str(sft_run.path)))
+    rl_run = open_run(rl_cfg, "train")
+    setup_logging(cfg.run.log_level, rl_run.log)
+    rl_summary = train(rl_cfg, rl_run)
+    after_rl = evaluate_test(cfg, f"{name}-rl-test", _policy_of(cfg, rl_run.path))
+    figures = rl_figures(rl_run.path)
+    summary = {"base": base["overall"], "sft": after_sft["overall"], "rl": after_rl["overall"],
+               "acc_hops2_3": _bucket_mean(after_rl, ["hops2", "hops3"]), "acc_n8": after_rl.get("n8"),
+               "acc_n32": after_rl.get("n32"), "base_n32": base.get("n32"), **figures,
+               "minutes": (time.time() - t0) / 60, "rl_steps": rl_summary["steps"],
+               "sft_steps": sft_summary["steps"], "sft_best_step": sft_summary["best_step"],
+               "tables": {"base": base, "sft": after_sft, "rl": after_rl},
+               "runs": {"sft": str(sft_run.path), "rl": str(rl_run.path)}}
+    out = Path(cfg.run.root) / f"{name}-summary.json"
+    out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    typer.echo(table(summary["tables"]))
+    typer.echo(result_line(summary))
+    return summary
+
+
+def table(tables: dict[str, dict[str, Any]]) -> str:
+    """Markdown: accuracy and mean tool calls per bucket for base / SFT / SFT+RL."""
+    buckets = sorted({k for t in tables.values() for k in t if k.startswith(("hops", "n"))},
+                     key=lambda b: (b[0], int(b.lstrip("hopsn"))))
+    head = "| stage | overall | " + " | ".join(buckets) + " |"
+    rows = [head, "|" + "---|" * (len(buckets) + 2)]
+    for stage, t in tables.items():
+        cells = [f"{t[b]:.2f} ({t.get('calls/' + b, 0):.1f})" if b in t else "" for b in buckets]
+        rows.append(f"| {stage} | {t['overall']:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(rows + ["(accuracy, and in brackets mean tool calls per episode)"])
+
+
+def _long_config_path() -> str:
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (base / LONG_CONFIG).exists():
+            return str(base / LONG_CONFIG)
+    raise UserError(f"{LONG_CONFIG} not found: run `hexsearch demo-long` from the repository root or pass a config")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo-long", help="The long-horizon recipe (what `make demo-long` runs): SFT cold start, async "
+                                   "RL, and a held-out evaluation per bucket, ending with a RESULT line.")
+    def _demo_long(config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG) -> None:
+        if config is not None and "=" in config and not Path(config).exists():
+            overrides, config = [config, *(overrides or [])], None
+        run_long_demo(config, overrides)
