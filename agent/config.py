@@ -132,3 +132,16 @@ class AgentConfig:
     """Reward when the prompt was forced-valid and the answer says the question is invalid."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """The LLM judge used by `reward_fn=judge` (and by evaluation)."""
+    program: str = ""
+    """Bring your own agent (agent/openai_agent.py): an import path `package.module:function` of
+    `async def solve(base_url, api_key, item) -> str | tuple[str, float]`, run once per episode against the
+    recording OpenAI-compatible endpoint. Setting it (or `command`) selects `train.workflow=openai_agent`."""
+    command: list[str] = field(default_factory=list)
+    """Bring your own agent as a process, e.g. `[python, my_agent.py]`: it gets OPENAI_BASE_URL and
+    OPENAI_API_KEY in a minimal environment, the item as one JSON line on stdin, and prints its final answer
+    as the last line of stdout. Exclusive with `program`."""
+    command_env: list[str] = field(default_factory=list)
+    """Names of further environment variables passed to `command` (it gets only PATH, locale and TMPDIR)."""
+    command_cwd: str = ""
+    """Folder `command` runs in; empty: the folder the config was loaded from (so a relative script path
+    works inside Ray workers too)."""

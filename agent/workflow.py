@@ -10,7 +10,8 @@ question string) and the trajectory token-exact (agent.trajectory). Whoever runs
 rollout workers, the dev evaluation, `hexsearch ask`, evaluation and QA synthesis) builds a
 workflow once with `make_workflow(cfg, **shared)` and calls only this method, concurrently.
 
-`train.workflow` names the class: `search_agent` (SearchAgentWorkflow, below) or an import path
+`train.workflow` names the class: `search_agent` (SearchAgentWorkflow, below), `openai_agent` (any agent
+program through an OpenAI-compatible endpoint, agent/openai_agent.py) or an import path
 `package.module:Class` of a Workflow subclass, resolved where it is built (inside each Ray worker).
 A subclass is constructed as `Class(cfg, **shared)`, where `cfg` is the whole HexConfig and
 `shared` the process-wide resources the caller offers (`judge_engine`: an engine for the LLM
@@ -66,10 +67,15 @@ WORKFLOWS = Registry("workflow", "train.workflow")
 
 
 def make_workflow(cfg: Any, **shared: Any) -> Workflow:
-    """The workflow `cfg.train.workflow` names, built with `cls(cfg, **shared)`."""
-    cls = WORKFLOWS.resolve(cfg.train.workflow)
+    """The workflow `cfg.train.workflow` names, built with `cls(cfg, **shared)`; `agent.program` or
+    `agent.command` (bring your own agent) turn the default `search_agent` into `openai_agent`."""
+    name = cfg.train.workflow
+    agent_cfg = getattr(cfg, "agent", None)
+    if name == "search_agent" and (getattr(agent_cfg, "program", "") or getattr(agent_cfg, "command", None)):
+        name = "openai_agent"
+    cls = WORKFLOWS.resolve(name)
     if not (isinstance(cls, type) and issubclass(cls, Workflow)):
-        raise ComponentError(f"train.workflow: '{cfg.train.workflow}' is not a subclass of agent.workflow.Workflow")
+        raise ComponentError(f"train.workflow: '{name}' is not a subclass of agent.workflow.Workflow")
     return cls(cfg, **shared)
 
 
@@ -160,3 +166,6 @@ class SearchAgentWorkflow(Workflow):
         for obj in reversed(self._owned):
             await obj.aclose()
         self._owned.clear()
+
+
+import agent.openai_agent  # noqa: E402,F401  registers `openai_agent` (it subclasses Workflow, defined above)

@@ -261,6 +261,28 @@ def check_components(cfg: HexConfig) -> None:
             registry.check(spec)
         except ComponentError as e:
             raise ConfigError(str(e)) from e
+    check_agent_program(cfg)
+
+
+def check_agent_program(cfg: HexConfig) -> None:
+    """`agent.program` / `agent.command` (bring your own agent): at most one, an import path, a list of strings;
+    a command's folder is fixed here, where the config loads, so its relative paths hold in Ray workers too."""
+    import os
+
+    from core.registry import is_import_path
+
+    a = cfg.agent
+    if a.program and a.command:
+        raise ConfigError("agent.program and agent.command are exclusive: set one")
+    if a.program and not is_import_path(a.program):
+        raise ConfigError(f"agent.program: '{a.program}' is not an import path 'package.module:function'")
+    if a.command and not all(isinstance(x, str) and x for x in a.command):
+        raise ConfigError(f"agent.command must be a list of non-empty strings, got {list(a.command)!r}")
+    if cfg.train.workflow == "openai_agent" and not (a.program or a.command):
+        raise ConfigError("train.workflow=openai_agent needs agent.program ('package.module:function') or "
+                          "agent.command (e.g. [python, my_agent.py])")
+    if a.command and not a.command_cwd:
+        a.command_cwd = os.getcwd()
 
 
 def to_yaml(cfg: Any) -> str:

@@ -52,8 +52,9 @@ class RoleResources:
 @dataclass
 class TrainConfig:
     workflow: str = "search_agent"
-    """The episode workflow rollout workers and dev evaluation run: `search_agent` (agent.workflow) or an
-    import path `package.module:Class` of a `Workflow` subclass (docs/extending.md)."""
+    """The episode workflow rollout workers and dev evaluation run: `search_agent` (agent.workflow),
+    `openai_agent` (your own agent program, `agent.program` / `agent.command`; setting either selects it) or
+    an import path `package.module:Class` of a `Workflow` subclass (docs/extending.md)."""
     data: str = ""
     """Training questions (QA JSONL). Empty: the train split of the configured world."""
     dev_data: str = ""
