@@ -135,7 +135,7 @@ class RecordingEndpoint:
         raise Unauthorized("invalid API key: every episode has its own key, valid while the episode runs")
 
     async def generate(self, key: str, episode: EpisodeCalls, prompt: list[int], max_tokens: int | None,
-                       stops: list[str]) -> Any:
+                       stops: list[str], ignore_eos: bool = False) -> Any:
         """One engine call of `episode`, cancelled when the episode is closed."""
         if len(episode.calls) + episode.started >= episode.max_calls:
             episode.budget_spent = True
@@ -146,7 +146,8 @@ class RecordingEndpoint:
                              f"(agent.max_context_tokens={episode.max_context_tokens})")
         seed = None if episode.seed is None else (episode.seed * 1_000_003 + len(episode.calls)) % (2**31)
         sampling = SamplingParams(max_new_tokens=min(max_tokens or episode.max_new_tokens, episode.max_new_tokens,
-                                                     room), stop=stops, seed=seed, **episode.sampling)
+                                                     room), stop=stops, seed=seed, ignore_eos=ignore_eos,
+                                  **episode.sampling)
         task = asyncio.current_task()
         assert task is not None
         self._tasks.setdefault(key, set()).add(task)
@@ -205,7 +206,7 @@ class RecordingEndpoint:
                 raise BadRequest("messages is empty")
             prompt, how = episode.chat_prompt(self.renderer, norm, tools, prefill)
             comp, latency = await self.generate(key, episode, prompt, body.max_completion_tokens or body.max_tokens,
-                                                body.stops())
+                                                body.stops(), body.ignore_eos)
             text = output_text(tok, body, comp)
             content, calls = parse_tool_calls(prefill + text) if tools else (text, [])
             ended = bool(comp.output_ids) and comp.output_ids[-1] == tok.eos_token_id
@@ -230,7 +231,7 @@ class RecordingEndpoint:
             prompts = body.prompts(tok)
             if body.n != 1 or len(prompts) != 1:
                 raise BadRequest("one prompt and n=1 per call: each call is one step of the episode")
-            comp, latency = await self.generate(key, episode, prompts[0], body.max_tokens, body.stops())
+            comp, latency = await self.generate(key, episode, prompts[0], body.max_tokens, body.stops(), body.ignore_eos)
             episode.calls.append(CallRecord("completions", prompts[0], list(comp.output_ids), list(comp.logprobs),
                                             list(comp.versions), comp.finish_reason, "completion", latency))
             choice_out = {"index": 0, "text": output_text(tok, body, comp), "finish_reason": comp.finish_reason,
