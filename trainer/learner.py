@@ -22,7 +22,8 @@ version (0 when there are none), where it is pure numerics (bf16 engines, kernel
 `prox_logp=loglinear` fresh tokens get pi_prox = pi_behav, so that one reads 0 there.
 
 Logits are computed only at positions that predict a policy token (hidden-state gather, then
-lm_head), which on CPU saves most of the vocabulary projection. Weights are kept in fp32 (master
+lm_head), which on CPU saves most of the vocabulary projection. Attention is SDPA with its causal kernel also
+for rows that continue a cached prefix or are right-padded (trainer/attention.py: no [q, k] mask, half the work). Weights are kept in fp32 (master
 weights); on hardware with fast bf16 the forward runs under autocast (FSDP's mixed precision under fsdp2).
 How the ranks hold the model and combine gradients (plain, DDP, FSDP2) is trainer/strategy.py; the
 checkpoint format (torch.distributed.checkpoint shards, JSON metadata) is trainer/learner_state.py.
@@ -43,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from core.choices import check_choices
+from trainer.attention import ATTN_IMPLEMENTATION
 from trainer.config import TrainConfig
 from trainer.loss import LossStats, decoupled_ppo_loss, loglinear_prox_logp, sft_loss
 from trainer.packing import MicroBatch, Sample, collate, plan_micro_batches
@@ -75,6 +77,7 @@ class Learner:
         self.rank, self.world_size, self.model_spec = rank, world_size, model_spec
         self.tokenizer = load_tokenizer(model_spec)
         model = load_model(model_spec, dtype="float32", device=device, attn_implementation="sdpa")
+        model.set_attn_implementation(ATTN_IMPLEMENTATION)  # causal kernel for cached prefixes and right padding
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
