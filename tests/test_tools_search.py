@@ -61,6 +61,9 @@ async def test_local_search_returns_normalised_hits(world, retriever, tmp_path):
     assert obs.text.startswith(f"[1] {hit['title']}\nURL: {hit['url']}\n")
     page = await tools["access"]({"url": q["chain"][0]})  # search -> access a result: the local page store
     assert page.ok and page.data["source"] == "local" and page.data["title"]
+    bare = build_tools(cfg(tmp_path, topk=5, search_show_urls=False), retriever=retriever)["search"]
+    text = (await bare({"query": q["question"]})).text
+    assert text.startswith(f"[1] {hit['title']}\n{hit['snippet'][:20]}") and "URL:" not in text
 
 
 async def test_local_search_batches_concurrent_episodes(world, retriever, tmp_path):

@@ -58,6 +58,9 @@ class ToolsConfig:
     """Search results returned per query."""
     snippet_chars: int = 1000
     """Longest snippet shown per search result (local and `url` backends return whole passages)."""
+    search_show_urls: bool = True
+    """Show each search result's URL line (the agent needs it to `access` a page; a search-only agent on
+    short passages saves ~20 tokens per result without it, which on CPU is a fifth of a long episode)."""
     serper_url: str = "https://google.serper.dev/search"
     """Serper endpoint (overridable for a proxy or a test server)."""
     serper_api_key_env: str = "SERPER_API_KEY"

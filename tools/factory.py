@@ -143,7 +143,8 @@ def _builtin_tools(cfg: ToolsConfig, cache: ToolCache | None, index_dir: str | P
             index = Path(index_dir or cfg.index_dir)  # only for its page store
     out: dict[str, BaseTool] = {}
     if want_search:
-        out["search"] = SearchTool(_search_provider(cfg, index, retriever), topk=cfg.topk, **_base_kwargs(cfg, cache))
+        out["search"] = SearchTool(_search_provider(cfg, index, retriever), topk=cfg.topk, show_urls=cfg.search_show_urls,
+                                   **_base_kwargs(cfg, cache))
     if "access" in cfg.builtin:
         pages = None
         if not cfg.pages_path:

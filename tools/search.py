@@ -258,9 +258,10 @@ class SearchTool(BaseTool):
         "topk": {"type": "integer", "description": "How many results to return."}},
         "required": ["query"]}
 
-    def __init__(self, provider: SearchProvider, *, topk: int = 5, max_topk: int = 50, **base: Any):
+    def __init__(self, provider: SearchProvider, *, topk: int = 5, max_topk: int = 50, show_urls: bool = True,
+                 **base: Any):
         super().__init__(**base)
-        self.provider = provider
+        self.provider, self.show_urls = provider, show_urls
         self.topk = topk
         self.max_topk = max_topk
 
@@ -286,7 +287,8 @@ class SearchTool(BaseTool):
         parts = []
         for i, hit in enumerate(data, start=1):
             head = f"[{i}] {hit['title'] or '(untitled)'}"
-            parts.append(f"{head}\nURL: {hit['url']}\n{hit['snippet']}" if hit["url"] else f"{head}\n{hit['snippet']}")
+            url = f"URL: {hit['url']}\n" if hit["url"] and self.show_urls else ""
+            parts.append(f"{head}\n{url}{hit['snippet']}")
         return "\n\n".join(parts)
 
     async def aclose(self) -> None:
