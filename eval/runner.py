@@ -89,7 +89,8 @@ def _group_fields(meta: dict[str, Any]) -> dict[str, Any]:
     """What reports group by, from the row's keys or FlashRAG's nested `metadata`."""
     nested = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
     merged = {**nested, **meta}
-    return {k: merged[k] for k in ("level", "hops", "type", "topic", "source", "reasoning_types") if k in merged}
+    return {k: merged[k] for k in ("level", "hops", "family", "n", "type", "topic", "source", "reasoning_types")
+            if k in merged}
 
 
 def _row(item: Any, sample: int, traj: Any, scored: dict[str, Any], seed: int) -> dict[str, Any]:

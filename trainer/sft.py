@@ -50,7 +50,7 @@ def sft(cfg: Any, run: RunDir) -> dict[str, Any]:
 async def _sft(cfg: Any, run: RunDir, t_start: float) -> dict[str, Any]:
     from agent.workflow import make_workflow
     from serving.factory import build_engine
-    from trainer.runtime import load_questions
+    from trainer.runtime import load_questions, spread_over_buckets
     from world import with_world_index
 
     s = cfg.sft
@@ -70,7 +70,7 @@ async def _sft(cfg: Any, run: RunDir, t_start: float) -> dict[str, Any]:
             counts = {"sft/kept": float(len(trajs))}
             where = f"sft.data {s.data}"
         else:
-            items = train_items[: s.max_items] if s.max_items else train_items
+            items = spread_over_buckets(train_items, s.max_items) if s.max_items else train_items
             trajs, counts = await collect(cfg, items, workflow, engine)
             where = f"sft.source={s.source}"
         refuse_heldout(trajs, heldout, where)

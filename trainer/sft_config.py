@@ -44,6 +44,7 @@ class SFTConfig:
     """Keep an episode only when its reward is at least this (`oracle` and `rft`; an oracle episode is also
     dropped when a chain page was missing from the search results: retrieval can miss)."""
     max_items: int = 0
-    """Training questions used for `oracle` and `rft` (the first N of the train split; 0: all)."""
+    """Training questions used for `oracle` and `rft`: N of the train split taken round-robin over the difficulty
+    buckets (hops1.., n2..; trainer.runtime.spread_over_buckets), each in file order; 0: all."""
     concurrency: int = 32
     """Episodes run at once while collecting (`oracle`, `rft`) and evaluating."""

@@ -100,6 +100,7 @@ def result_line(s: dict[str, Any]) -> str:
 def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, Any]:
     from core.log import setup_logging
     from hexsearch.commands.demo import world_line
+    from hexsearch.commands.train import _check, _init_from
     from trainer.sft import sft
     from trainer.sft_data import SFTDataError
     from trainer.train import train
@@ -121,6 +122,8 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
     typer.echo(f"sft: best step {sft_summary['best_step']}, test accuracy {after_sft['overall']:.3f}")
 
     rl_cfg = replace(_named(cfg, f"{name}-rl"), train=replace(cfg.train, init_from=str(sft_run.path)))
+    _check(rl_cfg)
+    rl_cfg = _init_from(rl_cfg)  # before the run folder: its config.yaml names the policy it starts from
     rl_run = open_run(rl_cfg, "train")
     setup_logging(cfg.run.log_level, rl_run.log)
     rl_summary = train(rl_cfg, rl_run)

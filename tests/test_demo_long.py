@@ -1,0 +1,82 @@
+"""`hexsearch demo-long` end to end on a tiny model and a tiny world: base evaluation, SFT cold start on
+oracle episodes, async RL from it on Ray, and the held-out evaluation per bucket; the RESULT line's
+figures come from the stages' own files."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+TINY = ["engine.model=tiny-random", "world.entities=40", "world.lineages=6", "world.lineage_length=8",
+        "world.lineage_depths=[2,4,8]", "sft.max_items=12", "sft.epochs=1", "sft.batch_size=6", "sft.eval_every=0",
+        "train.eval_questions=6", "train.steps=2", "train.time_budget_min=0", "train.batch_size=2",
+        "train.group_size=2", "train.filter_groups=none", "train.rollout_workers=1", "train.engine_replicas=1",
+        "train.save_every=0", "train.max_inflight_trajectories=4", "agent.max_turns=12", "agent.max_tool_calls=10",
+        "engine.max_batch_size=16"]
+
+
+@pytest.fixture(scope="module")
+def long_demo(tmp_path_factory) -> tuple[dict, Path]:
+    from hexsearch.commands.demo_long import run_long_demo
+
+    root = tmp_path_factory.mktemp("long")
+    return run_long_demo("configs/long-horizon.yaml", [*TINY, f"run.root={root}", "run.name=lh"]), root
+
+
+def test_demo_long_runs_every_stage_and_reports_per_bucket(long_demo):
+    from hexsearch.commands.demo_long import result_line
+
+    summary, tmp_path = long_demo
+    line = result_line(summary)
+    assert re.fullmatch(r"RESULT long_horizon base=\S+ sft=\S+ rl=\S+ acc_hops2_3=\S+ acc_n8=\S+ acc_n32=\S+ "
+                        r"base_n32=\S+ tool_calls_first=\S+ tool_calls_last=\S+ max_turns=\d+ minutes=\S+", line)
+    assert json.loads((tmp_path / "lh-summary.json").read_text())["rl"] == summary["rl"]
+    for stage in ("base", "sft", "rl"):
+        table = summary["tables"][stage]
+        assert {"n2", "n4", "n8", "hops1"} <= set(table), table  # every bucket of the test split is reported
+        assert 0.0 <= table["overall"] <= 1.0
+        assert Path(table["run"], "report.json").exists()
+    # the stages chain: RL started from the SFT's exported best checkpoint, and evaluated its own weights
+    rl_cfg = (Path(summary["runs"]["rl"]) / "config.yaml").read_text()
+    assert "artifacts/policy-step-" in rl_cfg and summary["runs"]["sft"] in rl_cfg
+    # the figures are the RL run's own: tool calls of its largest-N bucket, the most turns it trained on
+    rows = [json.loads(x) for x in (Path(summary["runs"]["rl"]) / "metrics.jsonl").read_text().splitlines()]
+    key = f"agent/tool_calls/{summary['bucket']}"
+    assert summary["tool_calls_first"] == next(r[key] for r in rows if key in r)
+    turns = [json.loads(x)["num_turns"] for p in (Path(summary["runs"]["rl"]) / "trajectories").glob("*.jsonl")
+             for x in p.read_text().splitlines()]
+    assert summary["max_turns"] == max(turns) > 0
+
+
+def test_exported_long_horizon_policy_evaluates_on_any_local_qa_file(long_demo, tmp_path):
+    """The command the held-out multi-hop check runs: the RL run's own config (its agent settings), a local-QA
+    file and index of its own, the exported policy, greedy."""
+    import subprocess
+    import sys
+
+    from fixtures.corpus import write_corpus
+
+    summary = long_demo[0]
+    hex_cli = [sys.executable, "-m", "hexsearch.cli"]
+    corpus = write_corpus(tmp_path / "qa")
+    index = tmp_path / "qa" / "index"
+    built = subprocess.run([*hex_cli, "index", "build", "--corpus", str(corpus), "--out", str(index)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    docs = [json.loads(line) for line in corpus.read_text().splitlines()][:4]
+    qa = tmp_path / "qa" / "q.jsonl"
+    qa.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {d['title']}?", "answer": d["title"]}) + "\n"
+                          for i, d in enumerate(docs)))
+    exported = tmp_path / "exported"
+    out = subprocess.run([*hex_cli, "export", summary["runs"]["rl"], "--out", str(exported)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    out = subprocess.run([*hex_cli, "eval", f"{summary['runs']['rl']}/config.yaml", "--suite", "localqa", "--data",
+                          str(qa), f"tools.index_dir={index}", f"engine.model={exported}", "agent.temperature=0",
+                          f"run.root={tmp_path}", "run.name=heldout"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1].startswith("RESULT eval suite=localqa questions=4 ")
+    assert not (tmp_path / "heldout" / "world.json").exists()
