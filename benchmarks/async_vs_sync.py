@@ -33,8 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from _common import kv, spread, write_result  # noqa: E402
 
-os.environ.setdefault("HEXSEARCH_QUIET", "1")
-
 WORKLOAD = """
 engine: {{model: {model}, max_batch_size: 64, max_model_len: 1024}}
 world: {{entities: 60, max_hops: 1, short_articles: true, out: {world}}}
@@ -121,4 +119,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("HEXSEARCH_QUIET", "1")  # here, not at import: a test importing this module must not go quiet
     main()

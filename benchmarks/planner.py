@@ -43,7 +43,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HEXSEARCH_QUIET", "1")
 
 from _common import spread, write_result  # noqa: E402
 
@@ -322,4 +321,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("HEXSEARCH_QUIET", "1")  # here, not at import: a test importing this module must not go quiet
     main()

@@ -17,7 +17,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-os.environ.setdefault("HEXSEARCH_QUIET", "1")
 
 from planner import MODELS, PLANNER, SIZES  # noqa: E402
 
@@ -77,4 +76,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("HEXSEARCH_QUIET", "1")  # here, not at import: a test importing this module must not go quiet
     main()

