@@ -99,3 +99,17 @@ def test_shipped_demo_runs_parse():
     summary = _report.demo_summary(_report.load_demo_runs())
     assert summary is not None and summary["runs"] >= 4
     assert summary["shown"] in _report.load_demo_runs()  # the headline is one of the recorded runs
+
+
+def test_long_horizon_runs_are_recorded_and_rendered(tmp_path):
+    figures = {"base": 0.02, "sft": 0.41, "rl": 0.38, "acc_hops2_3": 0.3, "acc_n8": 0.4, "acc_n32": 0.1,
+               "base_n32": 0.0, "tool_calls_first": 7.5, "tool_calls_last": 9.25, "max_turns": 41, "minutes": 58.2}
+    summary = tmp_path / "lh-summary.json"
+    summary.write_text(json.dumps({**figures, "rl_steps": 9, "sft_best_step": 12, "tables": {"rl": {"n8": 0.4}}}))
+    runs = tmp_path / "long.jsonl"
+    first = _report.record_long(summary, fresh_clone=False, path=runs)
+    second = _report.record_long(summary, fresh_clone=True, path=runs)
+    assert (first["run"], second["run"]) == (1, 2) and second["rl"] == 0.38  # recorded whatever RL did
+    text = "\n".join(_report.long_text(_report.load_long_runs(runs)))
+    assert "| 2 |" in text and "rl 0.38 (0.38-0.38)" in text and "max_turns 41.00 (41.00-41.00)" in text
+    assert _report.long_text([]) == []
