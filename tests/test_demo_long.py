@@ -80,3 +80,16 @@ def test_exported_long_horizon_policy_evaluates_on_any_local_qa_file(long_demo, 
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1].startswith("RESULT eval suite=localqa questions=4 ")
     assert not (tmp_path / "heldout" / "world.json").exists()
+
+
+def test_a_rerun_reuses_finished_stages(long_demo, capsys):
+    """Each stage is its own process and run folder; a rerun with the same run.name picks up after the last
+    finished stage (here: all of them), with the same figures."""
+    from hexsearch.commands.demo_long import run_long_demo
+
+    summary, root = long_demo
+    again = run_long_demo("configs/long-horizon.yaml", [*TINY, f"run.root={root}", "run.name=lh"])
+    out = capsys.readouterr().out
+    assert out.count("done already") == 5
+    assert {k: again[k] for k in ("base", "sft", "rl", "max_turns", "minutes")} == \
+        {k: summary[k] for k in ("base", "sft", "rl", "max_turns", "minutes")}

@@ -10,14 +10,18 @@
 
 Accuracy is exact match on the held-out test questions with greedy decoding (the eval harness's `world`
 scorer); tool calls are the RL run's sampled episodes on the largest-N bucket at its first and last step;
-max_turns is the most turns of any episode the RL run trained on. Each stage is its own run folder, and
-the summary goes to `<runs>/<name>-summary.json` (docs/training.md#long-horizon).
+max_turns is the most turns of any episode the RL run trained on; minutes add up the stages' own wall times.
+Each stage is its own `hexsearch` process and run folder (`<name>-base`, `-sft`, `-sft-test`, `-rl`,
+`-rl-test`); rerunning with the same run.name reuses finished stages. The summary goes to
+`<runs>/<name>-summary.json` (docs/training.md#long-horizon-search).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+import shutil
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -25,25 +29,40 @@ from typing import Any
 
 import typer
 
-from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli, open_run
+from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli
 
 LONG_CONFIG = "configs/long-horizon.yaml"
 
 
-def _named(cfg: Any, name: str) -> Any:
-    return replace(cfg, run=replace(cfg.run, name=name))
+def _stage(root: Path, name: str, final: str, args: list[str]) -> Path:
+    """Run one stage as its own `hexsearch` process (so each stage's memory goes back to the OS before the
+    next one: an SFT learner and engine left in this process starved RL's Ray actors), unless its run folder
+    already holds `final` (a stopped `demo-long` rerun with the same run.name resumes after its last
+    finished stage). Returns the stage's run folder."""
+    run = root / name
+    if (run / final).exists():
+        typer.echo(f"{name}: done already ({run / final}); reused")
+        return run
+    if run.exists():  # a stage that did not finish: start it again from nothing
+        shutil.rmtree(run)
+    done = subprocess.run([sys.executable, "-m", "hexsearch.cli", *args, f"run.name={name}"], check=False)
+    if done.returncode != 0 or not (run / final).exists():
+        raise UserError(f"demo-long: stage {name} failed (exit {done.returncode}); see {run}/log.txt")
+    return run
 
 
-def evaluate_test(cfg: Any, name: str, model: str) -> dict[str, Any]:
+def stage_minutes(run: Path, final: str) -> float:
+    """A stage's wall time from its own files: config.yaml is written when it starts, `final` when it ends."""
+    return ((run / final).stat().st_mtime - (run / "config.yaml").stat().st_mtime) / 60
+
+
+def evaluate_test(root: Path, name: str, base_args: list[str], model: str) -> dict[str, Any]:
     """Greedy accuracy of `model` on the world's test split: {"overall": avg@1, bucket: avg@1, ...} plus
     mean tool calls per bucket under `calls/<bucket>`."""
-    from hexsearch.commands.eval_cmd import _evaluate
-
-    ecfg = replace(_named(cfg, name), engine=replace(cfg.engine, model=model),
-                   eval=replace(cfg.eval, suite="world", data="", n=1, k=[1], temperature=0.0, limit=0))
-    run = open_run(ecfg, "eval")
-    report = asyncio.run(_evaluate(ecfg, run))
-    out = {"overall": report["overall"]["avg@1"], "run": str(run.path)}
+    run = _stage(root, name, "report.json", ["eval", *base_args, "eval.suite=world", 'eval.data=""', "eval.n=1",
+                                              "eval.k=[1]", "eval.temperature=0", "eval.limit=0", f"engine.model={model}"])
+    report = json.loads((run / "report.json").read_text(encoding="utf-8"))
+    out = {"overall": report["overall"]["avg@1"], "run": str(run), "minutes": stage_minutes(run, "report.json")}
     for bucket, figures in report.get("groups", {}).get("bucket", {}).items():
         out[bucket] = figures["avg@1"]
         out[f"calls/{bucket}"] = figures["mean"]["tool_calls"]
@@ -98,45 +117,31 @@ def result_line(s: dict[str, Any]) -> str:
 
 
 def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, Any]:
-    from core.log import setup_logging
     from hexsearch.commands.demo import world_line
-    from hexsearch.commands.train import _check, _init_from
-    from trainer.sft import sft
-    from trainer.sft_data import SFTDataError
-    from trainer.train import train
 
-    t0 = time.time()
-    cfg = config_from_cli(config or _long_config_path(), overrides)
+    path = config or _long_config_path()
+    cfg = config_from_cli(path, overrides)
     name = cfg.run.name or time.strftime("long-%Y%m%d-%H%M%S")
-    typer.echo(world_line(cfg))
-    base = evaluate_test(cfg, f"{name}-base", cfg.engine.model)
+    root, args = Path(cfg.run.root), [path, *(overrides or [])]
+    typer.echo(world_line(cfg))  # generates the world and its index once, before the stages
+    base = evaluate_test(root, f"{name}-base", args, cfg.engine.model)
     typer.echo(f"base: test accuracy {base['overall']:.3f} ({base['run']})")
-
-    sft_run = open_run(_named(cfg, f"{name}-sft"), "sft")
-    setup_logging(cfg.run.log_level, sft_run.log)
-    try:
-        sft_summary = sft(_named(cfg, f"{name}-sft"), sft_run)
-    except SFTDataError as e:
-        raise UserError(str(e)) from None
-    after_sft = evaluate_test(cfg, f"{name}-sft-test", _policy_of(cfg, sft_run.path))
+    sft_run = _stage(root, f"{name}-sft", "results.json", ["sft", *args])
+    sft_summary = json.loads((sft_run / "results.json").read_text(encoding="utf-8"))
+    after_sft = evaluate_test(root, f"{name}-sft-test", args, _policy_of(cfg, sft_run))
     typer.echo(f"sft: best step {sft_summary['best_step']}, test accuracy {after_sft['overall']:.3f}")
-
-    rl_cfg = replace(_named(cfg, f"{name}-rl"), train=replace(cfg.train, init_from=str(sft_run.path)))
-    _check(rl_cfg)
-    rl_cfg = _init_from(rl_cfg)  # before the run folder: its config.yaml names the policy it starts from
-    rl_run = open_run(rl_cfg, "train")
-    setup_logging(cfg.run.log_level, rl_run.log)
-    rl_summary = train(rl_cfg, rl_run)
-    after_rl = evaluate_test(cfg, f"{name}-rl-test", _policy_of(cfg, rl_run.path))
-    figures = rl_figures(rl_run.path)
+    rl_run = _stage(root, f"{name}-rl", "results.json", ["train", *args, f"train.init_from={sft_run}"])
+    rl_summary = json.loads((rl_run / "results.json").read_text(encoding="utf-8"))
+    after_rl = evaluate_test(root, f"{name}-rl-test", args, _policy_of(cfg, rl_run))
+    minutes = (base["minutes"] + stage_minutes(sft_run, "results.json") + after_sft["minutes"]
+               + stage_minutes(rl_run, "results.json") + after_rl["minutes"])
     summary = {"base": base["overall"], "sft": after_sft["overall"], "rl": after_rl["overall"],
                "acc_hops2_3": _bucket_mean(after_rl, ["hops2", "hops3"]), "acc_n8": after_rl.get("n8"),
-               "acc_n32": after_rl.get("n32"), "base_n32": base.get("n32"), **figures,
-               "minutes": (time.time() - t0) / 60, "rl_steps": rl_summary["steps"],
-               "sft_steps": sft_summary["steps"], "sft_best_step": sft_summary["best_step"],
-               "tables": {"base": base, "sft": after_sft, "rl": after_rl},
-               "runs": {"sft": str(sft_run.path), "rl": str(rl_run.path)}}
-    out = Path(cfg.run.root) / f"{name}-summary.json"
+               "acc_n32": after_rl.get("n32"), "base_n32": base.get("n32"), **rl_figures(rl_run),
+               "minutes": minutes, "rl_steps": rl_summary["steps"], "sft_steps": sft_summary["steps"],
+               "sft_best_step": sft_summary["best_step"], "tables": {"base": base, "sft": after_sft, "rl": after_rl},
+               "runs": {"sft": str(sft_run), "rl": str(rl_run)}}
+    out = root / f"{name}-summary.json"
     out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     typer.echo(table(summary["tables"]))
     typer.echo(result_line(summary))
