@@ -175,16 +175,18 @@ async def check_continuation_across_update(engine: Any, changed: Any, original: 
         await asyncio.wait_for(engine.update_weights(changed, v0 + 1), TIMEOUT_S)
     finally:
         await asyncio.wait_for(engine.resume(), TIMEOUT_S)
-    done = await asyncio.wait_for(task, TIMEOUT_S)
-    assert done.finish_reason == "length" and len(done.output_ids) == max_new
-    assert_consistent(done, max_new, versions={v0, v0 + 1})
-    before_pause = done.versions.count(v0)
-    assert 0 < before_pause < max_new, \
-        f"one answer spans both versions: {before_pause} of {max_new} tokens were sampled before the update"
-    assert done.versions[0] == v0 and done.versions[-1] == v0 + 1
-    await asyncio.wait_for(engine.pause("wait"), TIMEOUT_S)
-    await asyncio.wait_for(engine.update_weights(original, v0 + 2), TIMEOUT_S)
-    await asyncio.wait_for(engine.resume(), TIMEOUT_S)
+    try:
+        done = await asyncio.wait_for(task, TIMEOUT_S)
+        assert done.finish_reason == "length" and len(done.output_ids) == max_new
+        assert_consistent(done, max_new, versions={v0, v0 + 1})
+        before_pause = done.versions.count(v0)
+        assert 0 < before_pause < max_new, \
+            f"one answer spans both versions: {before_pause} of {max_new} tokens were sampled before the update"
+        assert done.versions[0] == v0 and done.versions[-1] == v0 + 1
+    finally:  # the original weights come back even when an assertion failed: later tests share the engine
+        await asyncio.wait_for(engine.pause("wait"), TIMEOUT_S)
+        await asyncio.wait_for(engine.update_weights(original, v0 + 2), TIMEOUT_S)
+        await asyncio.wait_for(engine.resume(), TIMEOUT_S)
     return done
 
 
