@@ -14,7 +14,7 @@ setup:
 demo: setup
 	$(HEX) demo
 
-# The long-horizon recipe: SFT cold start, async RL, per-bucket test evaluation (about an hour on 2 cores)
+# The long-horizon recipe: SFT cold start, async RL, per-bucket test evaluation (over an hour on 2 cores)
 demo-long: setup
 	$(HEX) demo-long
 
