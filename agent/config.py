@@ -81,6 +81,12 @@ class AgentConfig:
     one); see `compact_to` for what happens at the limit."""
     max_tool_calls: int = 64
     """Most tool calls per episode; the episode stops when the model asks for more."""
+    max_repeated_calls: int = 0
+    """Close the tool budget when the model makes the same tool call (name and arguments) this many times in a
+    row (0: never): the repeat is not run, and the episode goes on as if `max_tool_calls` were spent (with the
+    `tags`/`answer` prefill the next act turn is `<answer>`). A greedy policy that repeats a call sees the same
+    result and almost always loops to the budget: with the 40+ call budgets of long-horizon recipes those loops
+    are most of an evaluation's time and most of a rollout batch's tokens, all for reward 0."""
     max_calls_per_turn: int = 4
     """Most tool calls in one turn (they run concurrently); more is a format error."""
     max_cost_usd: float = 0.0

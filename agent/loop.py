@@ -139,6 +139,7 @@ class _Episode:
         self.turn = self.acts = self.tool_calls_used = 0
         self.closed = ""  # text of the stop token (EOS) that ended the model's message; "" while it is open
         self.queue: list[Delivery] = []
+        self.last_call_key, self.repeat_run = "", 0  # agent.max_repeated_calls
         self.stop_reason: str | None = None
         self.extra: dict[str, Any] = {}
         bucket = question_bucket(getattr(question, "meta", None) or {})
@@ -320,6 +321,8 @@ class _Episode:
         if left <= 0:
             self.stop("max_tool_calls")
             return
+        if self.repeats_too_often(calls):
+            return
         run, skipped = calls[:left], calls[left:]
         self.tool_calls_used += len(run)
         for call in run:
@@ -337,6 +340,23 @@ class _Episode:
             self.queue.extend(deliveries)
         for call in skipped:
             self.queue.append(Delivery(f"Not run: the episode's tool-call budget is spent ({call.name}).", "", False))
+
+    def repeats_too_often(self, calls) -> bool:
+        """`agent.max_repeated_calls`: the same call that many times in a row closes the tool budget."""
+        limit = self.cfg.max_repeated_calls
+        if not limit or not calls:
+            return False
+        key = repr([(c.name, sorted(c.args.items()) if isinstance(c.args, dict) else c.args) for c in calls])
+        self.repeat_run = self.repeat_run + 1 if key == self.last_call_key else 1
+        self.last_call_key = key
+        if self.repeat_run < limit:
+            return False
+        self.tool_calls_used = self.cfg.max_tool_calls
+        self.extra["repeated_call"] = True
+        self.emit("repeated_call", times=self.repeat_run)
+        self.queue.append(Delivery(f"Not run: the same call {self.repeat_run} times in a row; the tool budget is "
+                                   "closed, answer now.", "", False))
+        return True
 
     def deliver_batch(self) -> None:
         batch: list[Delivery] = []

@@ -46,6 +46,7 @@ RANGES: dict[str, tuple[float, float | None, bool]] = {
     **{k: (1, None, True) for k in _POSITIVE_INTS},
     **{k: (0, None, False) for k in _POSITIVE_FLOATS},
     "agent.max_turns": (1, 1000, True),
+    "agent.max_repeated_calls": (0, 1000, True),
     "agent.top_p": (0, 1, False),
     "agent.compact_to": (0, 0.95, True),
     "agent.valid_inst_ratio": (0, 1, True),

@@ -175,6 +175,26 @@ async def test_prefill_modes(tokenizer):
     assert traj.prediction == "1504" and traj.tool_calls[0].args == {"query": "Entity 4 founded"}
 
 
+async def test_repeated_calls_close_the_tool_budget(tokenizer):
+    # the same search three times in a row: the third is not run and <answer> is prefilled next
+    script = ["Entity 4 founded</search>", "<search>Entity 3 founded</search>", "<search>Entity 3 founded</search>",
+              "<search>Entity 3 founded</search>", "1504</answer>"]
+    engine = ScriptedEngine(script, tokenizer=tokenizer)
+    cfg = AgentConfig(prefill_tags=True, max_tool_calls=40, max_repeated_calls=3, read_search_results=False)
+    traj = await run_episode(ITEM, engine, tools(), cfg)
+    assert [c.args["query"] for c in traj.tool_calls] == ["Entity 4 founded"] + ["Entity 3 founded"] * 2
+    last = tokenizer.decode(engine.calls[-1].prompt_ids)
+    assert "the same call 3 times in a row" in last and last.endswith("<answer>")
+    assert traj.prediction == "1504" and traj.meta["repeated_call"] is True
+    # calls that alternate are not a repeat; 0 turns the rule off
+    alternating = ["Entity 4 founded</search>"] + ["<search>Entity 3 founded</search>", "<search>Entity 2 founded</search>"] * 3
+    for rule in (3, 0):
+        engine = ScriptedEngine(alternating + ["<answer>1504</answer>"], tokenizer=tokenizer)
+        cfg = AgentConfig(prefill_tags=True, max_tool_calls=40, max_repeated_calls=rule, read_search_results=False)
+        traj = await run_episode(ITEM, engine, tools(), cfg)
+        assert len(traj.tool_calls) == 7 and "repeated_call" not in traj.meta
+
+
 async def test_user_prompt_layout_and_custom_instructions(tokenizer):
     engine = ScriptedEngine(["<answer>1642</answer>"], tokenizer=tokenizer)
     cfg = AgentConfig(prompt_layout="user", system_prompt="Custom rules: search, then answer.")

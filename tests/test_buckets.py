@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from agent.qa import QAItem, question_bucket
 from agent.trajectory import ToolCallRecord, Trajectory
 from eval.report import build_report
@@ -64,3 +66,8 @@ def test_dev_subset_spreads_over_buckets():
     assert [i.id for i in spread_over_buckets(items, 5)] == ["b0", "l0", "l1", "b1", "l2"]
     assert [i.id for i in spread_over_buckets(items[:6], 4)] == ["b0", "b1", "b2", "b3"]  # one bucket: the head
     assert len(spread_over_buckets(items, 100)) == 10
+    # weights: items per round per bucket (sft.bucket_weights); 0 leaves a bucket out
+    assert [i.id for i in spread_over_buckets(items, 6, {"hops1": 3})] == ["b0", "b1", "b2", "l0", "l1", "b3"]
+    assert [i.id for i in spread_over_buckets(items, 10, {"n8": 0, "n16": 0})] == [f"b{i}" for i in range(6)]
+    with pytest.raises(ValueError, match=r"no question: \['hops2'\]; the buckets are \['hops1', 'n16', 'n8'\]"):
+        spread_over_buckets(items, 4, {"hops2": 2})

@@ -58,20 +58,26 @@ def load_questions(cfg: Any) -> tuple[list[Any], list[Any]]:
     return train, spread_over_buckets(dev, cfg.train.eval_questions)
 
 
-def spread_over_buckets(items: list[Any], n: int) -> list[Any]:
+def spread_over_buckets(items: list[Any], n: int, weights: dict[str, int] | None = None) -> list[Any]:
     """The first `n` items taken round-robin over difficulty buckets (agent.qa.question_bucket), each bucket
-    in file order: a dev subset that covers every bucket; with one bucket it is simply `items[:n]`."""
+    in file order, `weights[bucket]` items per round (default 1): a dev subset that covers every bucket;
+    with one bucket it is simply `items[:n]`."""
     from agent.qa import question_bucket
 
     by: dict[Any, list[Any]] = {}
     for item in items:
         by.setdefault(question_bucket(getattr(item, "meta", {}) or {}), []).append(item)
-    queues, out = list(by.values()), []
+    unknown = sorted(set(weights or {}) - {str(b) for b in by})
+    if unknown:
+        raise ValueError(f"bucket weights name buckets with no question: {unknown}; the buckets are {sorted(map(str, by))}")
+    queues, out = [(q, max(0, int((weights or {}).get(str(b), 1)))) for b, q in by.items()], []
+    queues = [(q, w) for q, w in queues if w]
     while len(out) < n and queues:
-        for q in queues:
-            if q and len(out) < n:
-                out.append(q.pop(0))
-        queues = [q for q in queues if q]
+        for q, w in queues:
+            take = min(w, n - len(out))
+            out += q[:take]
+            del q[:take]
+        queues = [(q, w) for q, w in queues if q]
     return out
 
 

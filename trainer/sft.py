@@ -70,7 +70,7 @@ async def _sft(cfg: Any, run: RunDir, t_start: float) -> dict[str, Any]:
             counts = {"sft/kept": float(len(trajs))}
             where = f"sft.data {s.data}"
         else:
-            items = spread_over_buckets(train_items, s.max_items) if s.max_items else train_items
+            items = spread_over_buckets(train_items, s.max_items, s.bucket_weights) if s.max_items else train_items
             trajs, counts = await collect(cfg, items, workflow, engine)
             where = f"sft.source={s.source}"
         refuse_heldout(trajs, heldout, where)
