@@ -93,7 +93,9 @@ def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False)
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     clusters, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
     try:
-        ray.init(num_cpus=int(cpus + 0.999), include_dashboard=False, runtime_env=env, log_to_driver=True,
+        # address="local": without it ray.init joins the newest cluster `ray start` left on this machine
+        # (services.get_ray_address_from_environment) instead of starting the run's own.
+        ray.init(address="local", num_cpus=int(cpus + 0.999), include_dashboard=False, runtime_env=env, log_to_driver=True,
                  configure_logging=False, resources=requested_resources(cfg, embedded, judge_actor) or None)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = clusters
