@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.ranges import ranged
 from serving.config import EngineBackend
 
 FormatName = Literal["asearcher", "hermes"]
@@ -31,7 +32,7 @@ class JudgeConfig:
     """Server base URLs for `http`/`vllm`/`sglang`; for `openai` the API base, e.g. https://api.openai.com/v1."""
     api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding the API key of an `openai` endpoint (keys never go in configs or logs)."""
-    max_new_tokens: int = 256
+    max_new_tokens: int = ranged(256, ge=1)
     """Most tokens of one verdict."""
     temperature: float = 0.0
     """Sampling temperature of the first attempt (retries of an unparseable verdict sample at >= 0.7)."""
@@ -39,7 +40,7 @@ class JudgeConfig:
     """Extra attempts when a verdict cannot be parsed (it then scores 0, never guessed)."""
     cache: str = ""
     """SQLite file caching verdicts. Empty: `<cache dir>/judge.sqlite`."""
-    timeout_s: float = 120.0
+    timeout_s: float = ranged(120.0, gt=0)
     """Timeout of one judge call, in seconds."""
 
 
@@ -53,7 +54,7 @@ class AgentConfig:
     `keep_last_k` (the last K tool results verbatim, older ones stubbed) or `full` (nothing is removed)."""
     keep_last_k: int = 5
     """Tool results kept verbatim by the `keep_last_k` policy."""
-    compact_to: float = 0.5
+    compact_to: float = ranged(0.5, le=0.95)
     """Under `read_once`/`keep_last_k`: when the next call would not fit in `max_context_tokens`, the oldest
     turns are dropped (one omission line remains) until the context is at most this fraction of it, and a
     new segment begins. 0 disables dropping: the episode stops with `max_context`, as under `full`."""
@@ -66,28 +67,28 @@ class AgentConfig:
     does; false appends results and goes straight to the next action (the CPU recipe)."""
     page_tools: list[str] = field(default_factory=lambda: ["access"])
     """Tools whose results are pages, split into chunks that are read one chunk per read turn."""
-    page_chunk_chars: int = 4000
+    page_chunk_chars: int = ranged(4000, ge=1)
     """Characters per page chunk when the tool did not chunk the page itself (ASearcher: 25,000)."""
-    max_page_chunks: int = 10
+    max_page_chunks: int = ranged(10, ge=1)
     """Most chunks of one page that are shown (ASearcher: 10)."""
-    max_obs_chars: int = 20000
+    max_obs_chars: int = ranged(20000, ge=1)
     """Longest tool text shown in one observation; longer text is cut with a note."""
-    max_turns: int = 32
+    max_turns: int = ranged(32, ge=1, le=1000)
     """Most LLM calls per episode (read turns count), up to 1,000."""
-    max_new_tokens: int = 512
+    max_new_tokens: int = ranged(512, ge=1)
     """Most new tokens per LLM call."""
-    max_context_tokens: int = 8192
+    max_context_tokens: int = ranged(8192, ge=1)
     """Most tokens in one prompt plus `max_new_tokens` (capped by the engine's `max_model_len` when it reports
     one); see `compact_to` for what happens at the limit."""
     max_tool_calls: int = 64
     """Most tool calls per episode; the episode stops when the model asks for more."""
-    max_repeated_calls: int = 0
+    max_repeated_calls: int = ranged(0, le=1000)
     """Close the tool budget when the model makes the same tool call (name and arguments) this many times in a
     row (0: never): the repeat is not run, and the episode goes on as if `max_tool_calls` were spent (with the
     `tags`/`answer` prefill the next act turn is `<answer>`). A greedy policy that repeats a call sees the same
     result and almost always loops to the budget: with the 40+ call budgets of long-horizon recipes those loops
     are most of an evaluation's time and most of a rollout batch's tokens, all for reward 0."""
-    max_calls_per_turn: int = 4
+    max_calls_per_turn: int = ranged(4, ge=1)
     """Most tool calls in one turn (they run concurrently); more is a format error."""
     max_cost_usd: float = 0.0
     """Most dollars of tool calls (paid search APIs) per episode; the episode stops (`max_cost`) once spent
@@ -97,11 +98,11 @@ class AgentConfig:
     limit)."""
     max_format_errors: int = 8
     """The episode stops (`format_errors`) after this many malformed turns (0: no limit)."""
-    wall_clock_s: float = 1800.0
+    wall_clock_s: float = ranged(1800.0, gt=0)
     """Wall-clock budget per episode, in seconds (LLM calls and tool calls are cut at the limit)."""
     temperature: float = 1.0
     """Sampling temperature for training rollouts (0: greedy)."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, gt=0, le=1)
     """Nucleus sampling threshold."""
     top_k: int = 0
     """Top-k sampling (0: off)."""
@@ -123,18 +124,18 @@ class AgentConfig:
     prompt_layout: PromptLayout = "system"
     """`system`: instructions in the system message, the question in the user message; `user`: both in one
     user message (ASearcher's layout, for models trained on it; put their instruction text in `system_prompt`)."""
-    valid_inst_ratio: float = 1.0
+    valid_inst_ratio: float = ranged(1.0, le=1)
     """Probability that the prompt says every question has an answer (forced-valid); otherwise it allows
     answering "the question is invalid" (ASearcher's training used 0.3)."""
     reward_fn: str = "f1"
     """Answer score: a built-in (`f1`, `em`, `sub_em`, `set_f1` (ASearcher's), `judge` (the LLM judge of
     `agent.judge`)) or an import path `package.module:function` (signature in agent/rewards.py and
     docs/extending.md). The format gate and the invalid-answer penalty below apply to every one."""
-    aug_answer_weight: float = 0.3
+    aug_answer_weight: float = ranged(0.3, le=1)
     """Weight w of `aug_answer` aliases: reward = (1-w) s_gold + w max(s_gold, s_aug) (ASearcher: 0.3)."""
     format_gate: bool = True
     """Reward 0 when any turn had a format error."""
-    invalid_penalty: float = -0.5
+    invalid_penalty: float = ranged(-0.5, ge=None)
     """Reward when the prompt was forced-valid and the answer says the question is invalid."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """The LLM judge used by `reward_fn=judge` (and by evaluation)."""

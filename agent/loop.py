@@ -39,6 +39,7 @@ from agent.rewards import RewardFn, resolve_reward, score_episode
 from agent.trajectory import Trajectory
 from core.choices import check_choices
 from core.log import get_logger
+from core.ranges import check_ranges
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, generate_continuing
 from tools.protocol import Tool
 
@@ -68,13 +69,12 @@ class Agent:
     def __init__(self, engine: InferenceEngine, tools: dict[str, Tool] | list[Tool], config: AgentConfig, *,
                  tokenizer: Any = None, judge: Any = None, reward_fn: RewardFn | None = None):
         check_choices(config, "agent")
+        check_ranges(config, "agent")  # a config built in code skipped the loader's check
         self.reward_fn = reward_fn or resolve_reward(config.reward_fn)
         if config.reward_fn == "judge" and judge is None:
             raise ValueError("agent.reward_fn=judge needs a judge (agent.judge.LLMJudge) passed to the agent")
         if config.context_policy == "keep_last_k" and config.keep_last_k < 1:
             raise ValueError("agent.keep_last_k must be at least 1")
-        if config.max_turns < 1 or config.max_new_tokens < 1 or config.max_context_tokens <= config.max_new_tokens:
-            raise ValueError("agent budgets: need max_turns >= 1, max_new_tokens >= 1, max_context_tokens > max_new_tokens")
         tools = dict(tools) if isinstance(tools, dict) else {t.name: t for t in tools}
         self.engine, self.tools, self.config, self.judge = engine, tools, config, judge
         self.tokenizer = tokenizer if tokenizer is not None else engine.tokenizer

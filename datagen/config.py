@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agent.config import JudgeConfig
+from core.ranges import ranged
 
 LinkSource = Literal["mentions", "file"]
 DifficultyJudge = Literal["llm", "match"]
@@ -28,11 +29,11 @@ class LLMConfig:
     """Server base URLs (`http`/`vllm`/`sglang`), or the API base of an `openai` endpoint."""
     api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding an `openai` endpoint's key (never written to configs or logs)."""
-    max_new_tokens: int = 384
+    max_new_tokens: int = ranged(384, ge=1)
     """Most tokens of one reply."""
     temperature: float = 0.7
     """Sampling temperature (the solver's attempts use `DatagenConfig.solver_temperature`)."""
-    timeout_s: float = 300.0
+    timeout_s: float = ranged(300.0, gt=0)
     """Timeout of one call, in seconds; a call that times out ends the item as an `error`, never a verdict."""
     usd_per_mtok_in: float = 0.0
     """Price of a million prompt tokens, for the run's cost accounting (0 for local models)."""
@@ -46,11 +47,11 @@ class DatagenConfig:
 
     out: str = ""
     """Output folder (qa.jsonl, qa_{train,dev,test}.jsonl, items.jsonl, report.json/md). `--out` sets it."""
-    num_questions: int = 20
+    num_questions: int = ranged(20, ge=1)
     """Accepted questions to produce (`--n`); the run stops when it has them or `max_items` are spent."""
     max_items: int = 0
     """Most items (seed pages) to attempt in total; 0: 5 x num_questions."""
-    concurrency: int = 8
+    concurrency: int = ranged(8, ge=1)
     """Items synthesised at the same time (their LLM calls are batched by the engine)."""
     corpus: str = "world"
     """`world` (the offline world of the `world` section, with ground truth), or a JSONL of pages
@@ -68,27 +69,27 @@ class DatagenConfig:
     """How a page's facts ("information points") are found: `llm` (the generator lists them, as ASearcher
     does) or `sentences` (the page's sentences, a leading pronoun replaced by the title: no LLM call, and the
     only extractor a 135M model can drive; the world's pages state one fact per sentence)."""
-    max_page_chars: int = 12000
+    max_page_chars: int = ranged(12000, ge=1)
     """Characters of a page shown to the extraction prompt."""
-    max_info_points: int = 16
+    max_info_points: int = ranged(16, ge=1)
     """Most information points kept per page."""
     actions: list[SynthAction] = field(default_factory=lambda: ["fuzz", "inject"])
     """Edit actions to draw from after the base question: `fuzz` (obscure a revealing detail) and `inject`
     (chain in a fact about a linked entity, one hop more)."""
     max_edits: int = 4
     """Most edit attempts per item after the base question (accepted or not)."""
-    min_hops: int = 1
+    min_hops: int = ranged(1, ge=1, at_most="max_hops")
     """Fewest source pages an accepted question needs."""
-    target_hops: int = 2
+    target_hops: int = ranged(2, ge=1, at_most="max_hops")
     """Depth the agent edits towards: `inject` is chosen while the question has fewer source pages, and
     editing stops once it has this many and is hard enough (or `max_edits` are spent)."""
-    max_hops: int = 4
+    max_hops: int = ranged(4, ge=1)
     """Most source pages; `inject` is not drawn beyond it."""
-    solver_attempts: int = 4
+    solver_attempts: int = ranged(4, ge=1)
     """Tool-free attempts per difficulty check (n in k/n)."""
     solver_temperature: float = 0.6
     """Sampling temperature of the solver's attempts."""
-    max_solver_accuracy: float = 0.25
+    max_solver_accuracy: float = ranged(0.25, le=1)
     """An item is accepted only if at most this fraction of the final question's tool-free attempts are
     correct; an item stops editing once it is both this hard and `min_hops` deep."""
     difficulty_judge: DifficultyJudge = "match"
@@ -104,11 +105,11 @@ class DatagenConfig:
     """Wrong attempts checked for uniqueness per edit (the distinct ones, most frequent first)."""
     search_check: bool = False
     """Also let the search agent (the training workflow, with tools) answer each accepted question."""
-    search_attempts: int = 2
+    search_attempts: int = ranged(2, ge=1)
     """Search-agent attempts per question when `search_check` is on."""
     require_search_solvable: bool = False
     """Reject a question none of whose search attempts is correct (needs `search_check`)."""
-    dedup_threshold: float = 0.92
+    dedup_threshold: float = ranged(0.92, gt=0, le=1)
     """Question-embedding cosine similarity (MiniLM) at or above which a later question is a near-duplicate;
     1.0 keeps near-duplicates (exact duplicates of question and answer are always removed)."""
     splits: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])

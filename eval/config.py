@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.ranges import ranged
+
 SuiteName = Literal["world", "world-test", "world-dev", "localqa", "gaia", "xbench", "browsecomp", "frames"]
 ScorerName = Literal["gaia", "em", "f1", "sub_em", "cover_em", "set_f1", "asearcher_f1"]
 JudgeName = Literal["xbench", "browsecomp", "gaia", "asearcher", "default"]
@@ -19,13 +21,13 @@ class EvalConfig:
     """The suite's data file (or world folder). Empty: only `world` has a default (the configured world)."""
     limit: int = 0
     """Evaluate only the first N questions (0: all)."""
-    n: int = 1
+    n: int = ranged(1, ge=1)
     """Samples per question, drawn in one pass (question i, sample j always gets the same seed)."""
     k: list[int] = field(default_factory=lambda: [1])
     """Pass@k / Avg@k values to report, each at most `n` (Pass@k uses the unbiased estimator over n samples)."""
-    temperature: float = -1.0
+    temperature: float = ranged(-1.0, ge=None)
     """Sampling temperature; -1: greedy (0) when n = 1, else `agent.temperature`."""
-    concurrency: int = 16
+    concurrency: int = ranged(16, ge=1)
     """Episodes run at once."""
     scorers: list[ScorerName] = field(default_factory=list)
     """Rule-based scorers (`gaia`, `em`, `f1`, `sub_em`, `cover_em`, `set_f1`, `asearcher_f1`). Empty: the suite's own."""

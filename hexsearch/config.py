@@ -6,7 +6,8 @@ Every section is a dataclass owned by its package (`serving.config.EngineConfig`
 docstring under each field. OmegaConf structured configs do the merging and type checking; this
 module only turns their errors into messages that name the key and list the valid ones.
 Fixed-choice fields are `typing.Literal` aliases (checked here at load, and by `core.choices.check_choices`
-for dataclasses built in code). A YAML file may start with `extends: other.yaml` (path relative to the
+for dataclasses built in code); numeric ranges are declared on the fields (`core.ranges.ranged`) and
+checked here the same way. A YAML file may start with `extends: other.yaml` (path relative to the
 file) to inherit a recipe. Keys that were renamed (`RENAMED`) still load, with a warning.
 """
 
@@ -27,6 +28,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from agent.config import AgentConfig
 from core.choices import field_types, item_literal_values, literal_values
 from core.log import get_logger
+from core.ranges import range_problem
 from datagen.config import DatagenConfig
 from eval.config import EvalConfig
 from serving.config import EngineConfig
@@ -235,9 +237,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     except OmegaConfBaseException as e:
         raise _explain(e, schema, "config") from e
     check_components(cfg)
-    from hexsearch.limits import check_limits
-
-    problem = check_limits(cfg)
+    problem = range_problem(cfg)  # each field's range is declared on it (core.ranges.ranged)
     if problem is not None:
         raise ConfigError(problem)
     from trainer.staleness import concurrency_warnings

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from core.ranges import ranged
+
 RemoteBackend = Literal["http", "vllm", "sglang"]
 """Engine backends that are clients of servers at `engine.urls`."""
 EngineBackend = Literal["embedded", RemoteBackend]
@@ -25,13 +27,13 @@ class EngineConfig:
     """`auto` (bf16 where the CPU/GPU supports it, else fp32), `bfloat16`, `float16` or `float32`."""
     device: str = "auto"
     """`auto` (cuda when available, else cpu), `cpu`, `cuda` or `cuda:N`."""
-    max_batch_size: int = 64
+    max_batch_size: int = ranged(64, ge=1)
     """Most sequences the embedded engine decodes together in one step (continuous batching)."""
-    max_model_len: int = 4096
+    max_model_len: int = ranged(4096, ge=1)
     """Longest prompt + output the engine accepts, in tokens."""
     threads: int = 0
     """Torch CPU threads for the embedded engine (0: leave torch's default)."""
-    prefill_chunk_tokens: int = 1024
+    prefill_chunk_tokens: int = ranged(1024, ge=1)
     """Embedded engine: prompt tokens prefilled per forward pass; running requests take one decoding step
     between two chunks, so a long prompt never stalls them for long."""
     kv_cache_gb: float = 2.0
@@ -42,8 +44,8 @@ class EngineConfig:
     agent prefills only its new tokens; 0 disables it."""
     seed: int = 0
     """Embedded engine: seed of the shared sampling stream (requests with their own `seed` use their own)."""
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = ranged(600.0, gt=0)
     """Timeout of one generate call against a remote engine."""
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = ranged(1, ge=1)
     """GPUs per vLLM/SGLang server that `hexsearch train` starts itself (`backend=vllm|sglang` without `urls`:
     `train.engine_replicas` servers, trainer/managed_servers.py)."""

@@ -126,16 +126,6 @@ def test_out_of_range_values_are_config_errors(override, message):
     assert str(e.value) == message
 
 
-def test_limits_tables_name_real_fields_and_allow_the_defaults():
-    from hexsearch.limits import MAY_BE_NEGATIVE, RANGES, RELATIONS, check_limits, numeric_fields
-
-    fields = set(numeric_fields(HexConfig))
-    named = set(RANGES) | MAY_BE_NEGATIVE | {name for pair in RELATIONS for name in pair}
-    assert named <= fields, named - fields  # a renamed field must not leave a dead rule behind
-    assert check_limits(HexConfig()) is None
-    assert load_config(None, ["eval.temperature=-1", "agent.invalid_penalty=-1"]).agent.invalid_penalty == -1
-
-
 @pytest.mark.parametrize("row, message", [(None, "no such QA file"), ('{"question": 5}', ":1: 'question' must be")])
 def test_train_bad_dataset_is_one_line_and_makes_no_run_folder(tmp_path, row, message):
     data = tmp_path / "qa.jsonl"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.ranges import ranged
+
 SearchBackend = Literal["local", "url", "serper"]
 RetrievalWorker = Literal["thread", "process"]
 BuiltinTool = Literal["search", "access"]
@@ -54,9 +56,9 @@ class ToolsConfig:
     """Local retrieval index folder (`hexsearch index build`). Empty: the default world's index."""
     retrieval_url: str = ""
     """Base URL of a Search-R1-compatible retrieval service, for the `url` backend."""
-    topk: int = 5
+    topk: int = ranged(5, ge=1)
     """Search results returned per query."""
-    snippet_chars: int = 1000
+    snippet_chars: int = ranged(1000, ge=1)
     """Longest snippet shown per search result (local and `url` backends return whole passages)."""
     search_show_urls: bool = True
     """Show each search result's URL line (the agent needs it to `access` a page; a search-only agent on
@@ -75,9 +77,9 @@ class ToolsConfig:
     """Let `access` fetch URLs that are not in the local page store (through the URL guard)."""
     pages_path: str = ""
     """Page store for local-world URLs: pages.jsonl or pages.sqlite. Empty: the index folder's pages.sqlite."""
-    timeout_s: float = 30.0
+    timeout_s: float = ranged(30.0, gt=0)
     """Per-call timeout of every tool, in seconds."""
-    max_concurrency: int = 32
+    max_concurrency: int = ranged(32, ge=1)
     """Concurrent calls per tool (a semaphore)."""
     retries: int = 3
     """Retries with exponential backoff on transient errors (timeouts, 429, 5xx)."""
@@ -93,18 +95,18 @@ class ToolsConfig:
     """SQLite cache of tool results. Empty: `<cache dir>/tools.sqlite`."""
     cache_ttl_s: float = 7 * 24 * 3600.0
     """Seconds a cached tool result stays valid."""
-    max_page_bytes: int = 5_000_000
+    max_page_bytes: int = ranged(5_000_000, ge=1)
     """Largest page body page access downloads."""
     max_redirects: int = 5
     """Redirect hops page access follows (each one re-checked by the URL guard)."""
     content_types: list[str] = field(default_factory=lambda: [
         "text/html", "application/xhtml+xml", "text/plain", "text/markdown", "application/pdf"])
     """Content types page access reads; anything else is refused."""
-    page_chunk_chars: int = 4000
+    page_chunk_chars: int = ranged(4000, ge=1)
     """Characters per numbered page chunk shown to the agent."""
-    max_page_chunks: int = 10
+    max_page_chunks: int = ranged(10, ge=1)
     """Most chunks kept per page."""
-    retrieval_max_batch: int = 64
+    retrieval_max_batch: int = ranged(64, ge=1)
     """Most queries batched together: encoded at once (`local`) or sent in one request (`url`)."""
     retrieval_max_wait_ms: float = 2.0
     """How long a retrieval batch waits for more queries after the first one arrives (`local` and `url`)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.ranges import ranged
+
 LrSchedule = Literal["constant", "cosine"]
 Advantage = Literal["grpo", "rloo", "drgrpo"]
 FilterGroups = Literal["drop", "reject", "none"]
@@ -72,30 +74,30 @@ class TrainConfig:
     time_budget_min: float = 0.0
     """Stop starting new steps after this many minutes of wall clock (setup included; 0: no budget).
     The final evaluation still runs, so leave it a minute or two below a hard deadline."""
-    batch_size: int = 8
+    batch_size: int = ranged(8, ge=1)
     """Questions (groups) per training step; the unit of the staleness rule."""
-    group_size: int = 4
+    group_size: int = ranged(4, ge=1)
     """Trajectories sampled per question (GRPO group)."""
     max_staleness: int = 4
     """Most weight versions a consumed sample may lag behind; 0 is synchronous RL."""
-    max_inflight_trajectories: int = 64
+    max_inflight_trajectories: int = ranged(64, ge=1)
     """Most trajectories (single episodes, not groups) in flight across all rollout workers: a group of
     `group_size` is admitted whole while (running groups + 1) x group_size <= this. ASearcher's
     `max_concurrent_rollouts` counts groups: its 24 x n_trajs 16 is 384 here. Loading warns when this admits
     fewer than one step's batch_size x group_size, or fewer than the engines can batch. Was
     `max_concurrent_episodes` (still loads, with a warning)."""
-    rollout_workers: int = 2
+    rollout_workers: int = ranged(2, ge=1)
     """Ray rollout worker actors."""
-    worker_concurrency: int = 64
+    worker_concurrency: int = ranged(64, ge=1)
     """Most episodes one rollout worker runs at once on its asyncio loop (rollout_workers x this also caps the
     trajectories in flight)."""
-    engine_replicas: int = 1
+    engine_replicas: int = ranged(1, ge=1)
     """Embedded engine actors (requests are routed to one of them by request id, so a trajectory stays on one)."""
-    learner_workers: int = 1
+    learner_workers: int = ranged(1, ge=1)
     """Data-parallel learner processes (torch.distributed: gloo on CPU, NCCL on GPU)."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     """How the learner ranks share the model: `ddp` or `fsdp2` (`train.learner.strategy`), sharding options."""
-    lr: float = 3e-5
+    lr: float = ranged(3e-5, gt=0)
     """Learning rate (AdamW)."""
     lr_warmup_steps: int = 0
     """Linear warm-up steps of the learning rate."""
@@ -110,7 +112,7 @@ class TrainConfig:
     filter_groups: FilterGroups = "drop"
     """Zero-variance groups: `reject` (at completion; frees the slot, steps wait for B useful groups),
     `drop` (counted in the step's B groups, left out of the loss: variable-size batches) or `none`."""
-    eps_clip: float = 0.2
+    eps_clip: float = ranged(0.2, gt=0, le=1, at_most="eps_clip_high")
     """PPO clip epsilon (lower)."""
     eps_clip_high: float = 0.28
     """PPO clip epsilon (upper, DAPO-style clip-higher)."""
@@ -121,9 +123,9 @@ class TrainConfig:
     prox_logp: ProxLogp = "recompute"
     """How pi_prox is obtained: `recompute` (forward pass with the pre-step weights) or `loglinear`
     (interpolated from behaviour and current log-probs by version, AReaL's approximation)."""
-    minibatches: int = 1
+    minibatches: int = ranged(1, ge=1)
     """Optimizer steps per training batch (PPO minibatches). With 1, pi_prox comes free from the update's own forward."""
-    micro_batch_tokens: int = 2048
+    micro_batch_tokens: int = ranged(2048, ge=1)
     """Token budget of one packed micro-batch (sequences are packed first-fit-decreasing into micro-batches)."""
     packing: Packing = "pad"
     """Micro-batch layout: `pad` (rows padded to the longest, sorted by length; fastest with CPU SDPA) or
@@ -157,7 +159,7 @@ class TrainConfig:
     """Sampling seed of dev evaluation, so before/after compare the same questions under the same seed."""
     save_every: int = 10
     """Checkpoint every N steps (0: only at the end)."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = ranged(2, ge=1)
     """Most recent checkpoints kept on disk."""
     ray_address: str = ""
     """Ray cluster to join (`auto`, `ray://host:10001`, `host:6379`). Empty: start a local Ray."""
@@ -176,14 +178,14 @@ class TrainConfig:
     the weights to the servers' GPUs: vLLM's weight-transfer engine, which must be importable in the learner's
     process, or SGLang's distributed update; learners on GPUs; serving/weight_transfer.py).
     Embedded engines always take the weights in memory."""
-    weight_sync_timeout_s: float = 600.0
+    weight_sync_timeout_s: float = ranged(600.0, gt=0)
     """Most seconds each weight-sync phase (pause, load, resume) may take on the engines; an engine that does
     not answer stops the run with an error naming it, instead of a silent hang."""
-    max_question_attempts: int = 3
+    max_question_attempts: int = ranged(3, ge=1)
     """Times one question's group is run when an episode ends for an infrastructure reason (`engine_error`,
     `engine_abort`, `agent_error`): such a group is lost, never trained on, and its question re-queued up to
     this many runs, then skipped (logged as `skip` in rollouts.jsonl)."""
-    max_consecutive_failures: int = 20
+    max_consecutive_failures: int = ranged(20, ge=1)
     """Failed groups in a row (an infrastructure stop reason, or the episode code raised) after which
     training stops with an error naming the last failure, instead of admitting questions forever."""
     worker_max_restarts: int = 3
@@ -193,13 +195,13 @@ class TrainConfig:
     the current weights and version (its in-flight episodes are lost groups, re-run)."""
     engine_health_interval_s: float = 5.0
     """Seconds between the engine supervisor's checks of every engine actor (0: no supervision)."""
-    engine_health_timeout_s: float = 120.0
+    engine_health_timeout_s: float = ranged(120.0, gt=0)
     """An engine actor that does not answer its health check within this is hung: reported and replaced. One that
     stays down this long (restarts spent) stops the run."""
     learner_max_restarts: int = 1
     """Times a run whose learner actor died restarts from its newest checkpoint, in the same process (as
     `--resume` would); without a checkpoint, or when spent, the run stops with an error naming the rank."""
-    learner_step_timeout_s: float = 3600.0
+    learner_step_timeout_s: float = ranged(3600.0, gt=0)
     """Most seconds one learner call (a training step, a weight export, a checkpoint) may take; a learner that
     does not answer is treated as dead (see `learner_max_restarts`), never waited on silently."""
     tool_latency_median_s: float = 0.0

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.ranges import ranged
+
 SFTSource = Literal["oracle", "rft", "file"]
 
 
@@ -25,20 +27,20 @@ class SFTConfig:
     data: str = ""
     """Trajectories JSONL for `source=file` (what training writes under runs/<run>/trajectories/, or another
     model's episodes through vLLM or an OpenAI-compatible API, tokenised with this model's tokenizer)."""
-    epochs: float = 3.0
+    epochs: float = ranged(3.0, gt=0)
     """Passes over the trajectories (a fraction stops part-way); with `max_steps` the earlier limit wins."""
     max_steps: int = 0
     """Most optimizer steps (0: only `epochs` limits)."""
-    lr: float = 1e-5
+    lr: float = ranged(1e-5, gt=0)
     """Learning rate (AdamW) of the SFT steps; the rest of the optimizer settings come from `train`."""
-    batch_size: int = 8
+    batch_size: int = ranged(8, ge=1)
     """Trajectories per optimizer step (each of their segments is one training sequence)."""
     eval_every: int = 5
     """Evaluate greedy dev reward and accuracy (the world's dev questions, `train.eval_questions` of them)
     every this many steps; the best evaluation's weights are the checkpoint the run keeps."""
     patience: int = 3
     """Stop after this many evaluations in a row without a better dev reward (0: never stop early)."""
-    rft_samples: int = 4
+    rft_samples: int = ranged(4, ge=1)
     """Episodes sampled per training question for `source=rft`."""
     rft_min_reward: float = 1.0
     """Keep an episode only when its reward is at least this (`oracle` and `rft`; an oracle episode is also
@@ -51,5 +53,5 @@ class SFTConfig:
     `{hops1: 3, hops2: 3, hops3: 3}`: a lineage episode of N searches holds N follow-the-name decisions and
     one answer, a 1-3 hop episode about one of each, so with equal counts the token-mean loss is mostly
     "search the next name" and the policy learns never to stop."""
-    concurrency: int = 32
+    concurrency: int = ranged(32, ge=1)
     """Episodes run at once while collecting (`oracle`, `rft`) and evaluating."""

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.ranges import ranged
+from world.generate import MAX_HOPS
+from world.graph import MIN_ENTITIES
+from world.lineage import MAX_LENGTH
+
 
 @dataclass
 class WorldConfig:
@@ -11,13 +16,13 @@ class WorldConfig:
 
     out: str = ""
     """Folder of the generated world (corpus.jsonl, pages.jsonl, qa_*.jsonl, world.json). Empty: the cached world under `<cache dir>/worlds/` for these settings."""
-    entities: int = 400
+    entities: int = ranged(400, ge=MIN_ENTITIES)
     """Number of entities (people, cities, regions, organisations, works, events) in the encyclopedia; at least 20."""
     seed: int = 0
     """Seed: the same seed and settings always give byte-identical files."""
-    max_hops: int = 4
+    max_hops: int = ranged(4, ge=1, le=MAX_HOPS)
     """Longest question, in articles a reader must open (1-4). 1 with short_articles is the easy CPU mode."""
-    min_hops: int = 1
+    min_hops: int = ranged(1, ge=1, at_most="max_hops")
     """Shortest question, in articles (1..max_hops); raise it for a harder mix."""
     short_articles: bool = False
     """Articles are one lead paragraph with the entity's own facts (no distractor mentions of other entities)."""
@@ -27,7 +32,7 @@ class WorldConfig:
     """Train/dev/test fractions; questions are split by their start entity, so dev/test start from unseen entities."""
     lineages: int = 0
     """Number of lineages of masters for the long-horizon "lineage" questions (0: none, and the world is exactly the one without them)."""
-    lineage_length: int = 32
+    lineage_length: int = ranged(32, ge=2, le=MAX_LENGTH)
     """People per lineage, founder included (2-64); a lineage question needs up to this many searches."""
     lineage_depths: list[int] = field(default_factory=lambda: [2, 4, 8, 16, 32])
     """The N asked from each lineage (each 2..lineage_length): one question per N, starting N-1 masters below the founder. This default list is cut to lineage_length."""

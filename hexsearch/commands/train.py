@@ -66,7 +66,7 @@ def _stop_on_sigterm() -> None:
 
 def _check(cfg) -> None:
     """Fail before Ray starts on what would fail later. Fixed choices and value ranges were checked when the
-    config loaded (hexsearch/limits.py); the staleness/concurrency relation is the StalenessController's own
+    config loaded (core/ranges.py); the staleness/concurrency relation is the StalenessController's own
     check, run here early; the QA files are read once so a bad row is a one-line error."""
     from agent.qa import DataError, load_qa
 
