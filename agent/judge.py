@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, get_args
 
-from agent.config import JudgeBackend, JudgeConfig
+from agent.config import JudgeBackend
 from core.choices import check_choices
 from core.log import get_logger, redact
 from serving.factory import chat_prompt_ids, is_chat_client
@@ -393,7 +393,7 @@ def _description(*, backend: str, model: str, urls: list[str], max_new_tokens: i
     return info
 
 
-def describe_judge(cfg: JudgeConfig, prompt: JudgePromptLike | None = None) -> dict[str, Any]:
+def describe_judge(cfg: Any, prompt: JudgePromptLike | None = None) -> dict[str, Any]:
     """`LLMJudge.describe()` of the judge `build_judge(cfg, prompt=prompt)` would build, without building it (no
     model is loaded, no connection made, no key read): what the training driver writes as `<run>/judge.json`."""
     from serving.openai_chat import api_base, public_url
@@ -407,7 +407,7 @@ def describe_judge(cfg: JudgeConfig, prompt: JudgePromptLike | None = None) -> d
                         api_key_env=(cfg.api_key_env or "") if cfg.backend == "openai" else None, prompt=prompt)
 
 
-def build_judge(cfg: JudgeConfig, engine: InferenceEngine | None = None, prompt: JudgePromptLike | None = None,
+def build_judge(cfg: Any, engine: InferenceEngine | None = None, prompt: JudgePromptLike | None = None,
                 keep_raw: bool = True) -> LLMJudge:
     """The judge a JudgeConfig describes (see module docstring); `engine` overrides the configured transport,
     `prompt` (a JudgePromptLike, e.g. one of eval.judges.JUDGE_PROMPTS) the built-in prompt; `keep_raw=False`

@@ -27,7 +27,6 @@ import zlib
 from dataclasses import replace
 from typing import Any
 
-from agent.config import WorkflowConfig
 from agent.judge import build_judge
 from agent.loop import Agent, EventFn
 from agent.rewards import resolve_reward
@@ -38,7 +37,7 @@ from core.registry import ComponentError, Registry
 class Workflow:
     """Base class of episode workflows (see the module docstring)."""
 
-    def __init__(self, cfg: WorkflowConfig, **shared: Any):
+    def __init__(self, cfg: Any, **shared: Any):
         self.cfg = cfg
         self.shared = shared
 
@@ -67,7 +66,7 @@ WORKFLOWS = Registry("workflow", "train.workflow")
 """Workflows by name; `train.workflow` also takes an import path `package.module:Class`."""
 
 
-def make_workflow(cfg: WorkflowConfig, **shared: Any) -> Workflow:
+def make_workflow(cfg: Any, **shared: Any) -> Workflow:
     """The workflow `cfg.train.workflow` names, built with `cls(cfg, **shared)`; `agent.program` or
     `agent.command` (bring your own agent) turn the default `search_agent` into `openai_agent`."""
     name = cfg.train.workflow
@@ -89,8 +88,7 @@ class SearchAgentWorkflow(Workflow):
     first episode, unless given; so is the judge for `reward_fn=judge` (`agent.judge`, over
     `shared["judge_engine"]` when the caller offers one, e.g. the training run's judge actor)."""
 
-    def __init__(self, cfg: WorkflowConfig, *, tools: dict[str, Any] | None = None, judge: Any = None,
-                 **shared: Any):
+    def __init__(self, cfg: Any, *, tools: dict[str, Any] | None = None, judge: Any = None, **shared: Any):
         super().__init__(cfg, **shared)
         self.tools = tools
         self.judge = judge

@@ -6,6 +6,10 @@
     REWARDS.resolve("f1")                  # the registered object
     REWARDS.resolve("my_pkg.rewards:mine")  # imported from the user's module (inside any Ray worker)
 
+A registry may name the modules that register its built-ins (`builtins=`): they are imported on the
+first lookup, so a light module can own the registry (config validation imports it) while the
+built-ins, registered with the same decorator a user part uses, load only when needed.
+
 A *spec* is either a registered name or an import path `package.module:attribute` (dots allowed
 in the attribute: `pkg.mod:Class.factory`). Specs are plain strings in the config, so a config
 crosses Ray and reaches remote nodes unchanged and every worker resolves it where it runs.
@@ -53,13 +57,27 @@ def import_object(spec: str, what: str = "component", key: str = "") -> Any:
 class Registry:
     """Named components of one kind (see the module docstring)."""
 
-    def __init__(self, kind: str, key: str):
+    def __init__(self, kind: str, key: str, builtins: tuple[str, ...] = ()):
         self.kind = kind
         """What the components are, for messages (`reward function`)."""
         self.key = key
         """The config key that selects one (`agent.reward_fn`), for messages."""
+        self.builtins = builtins
+        """Modules that register the built-in components, imported on the first lookup."""
         self._items: dict[str, Any] = {}
+        self._loaded = not builtins
         REGISTRIES[key] = self
+
+    def _load_builtins(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True  # set first: a built-in module's own lookups must not import it again
+        try:
+            for module in self.builtins:
+                importlib.import_module(module)
+        except BaseException:
+            self._loaded = False
+            raise
 
     def register(self, name: str | None = None) -> Callable[[Any], Any]:
         """Decorator: register an object under `name` (default: its `name` attribute, else `__name__`)."""
@@ -77,26 +95,32 @@ class Registry:
         self._items[name] = obj
 
     def names(self) -> list[str]:
+        self._load_builtins()
         return list(self._items)
 
     def __contains__(self, name: object) -> bool:
+        self._load_builtins()
         return name in self._items
 
-    def check(self, spec: str) -> None:
-        """Raise ComponentError unless `spec` is a registered name or has import-path syntax (no import)."""
-        if spec not in self._items and not is_import_path(spec):
-            raise ComponentError(self._unknown(spec))
+    def check(self, spec: str, keywords: tuple[str, ...] = (), key: str = "") -> None:
+        """Raise ComponentError unless `spec` is one of `keywords` (the field's own values, e.g. `auto`), a
+        registered name or has import-path syntax (no import). `key`: the config key, when not `self.key`."""
+        self._load_builtins()
+        if spec not in keywords and spec not in self._items and not is_import_path(spec):
+            raise ComponentError(self._unknown(spec, keywords, key))
 
     def resolve(self, spec: str) -> Any:
         """The component a spec names (importing user modules as needed)."""
+        self._load_builtins()
         if spec in self._items:
             return self._items[spec]
         if not is_import_path(spec):
             raise ComponentError(self._unknown(spec))
         return import_object(spec, self.kind, self.key)
 
-    def _unknown(self, spec: str) -> str:
-        return (f"{self.key}: unknown {self.kind} '{spec}'. Valid: {', '.join(self._items) or '(none)'}, "
+    def _unknown(self, spec: str, keywords: tuple[str, ...] = (), key: str = "") -> str:
+        valid = ", ".join([*(k or "''" for k in keywords), *self._items]) or "(none)"
+        return (f"{key or self.key}: unknown {self.kind} '{spec}'. Valid: {valid}, "
                 f"or an import path package.module:attribute")
 
 

@@ -11,16 +11,23 @@ that does not parse. An action's result is only kept if the checks (datagen/chec
   linked page B not yet used, and a fact of B's page that mentions A; describe A through that fact
   (LINK), reject the fact when the known statements already cover it (the `coverage` check), then
   put the description in place of A (COMBINE). The question now needs B's page too: one hop more.
+
+`datagen.actions` draws from the ACTIONS registry: a built-in name or `pkg.mod:name`. An action is
+`async run(ctx: ActionContext, state) -> (new state | None, Edit)`, registered with `@action(name)`
+(`adds_hop=True` for one that adds a source page: it is chosen while the question is shallower than
+`datagen.target_hops` and never drawn at `max_hops`). A user action is an `Action` object in a module.
 """
 
 from __future__ import annotations
 
 import random
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.rewards import normalize_answer
+from core.registry import ComponentError, Registry
 from datagen import prompts as P
 from datagen.corpus import Page, PageStore
 from datagen.llm import ChatLLM, Usage
@@ -44,6 +51,58 @@ class QAState:
     @property
     def hops(self) -> int:
         return len(self.pages)
+
+
+@dataclass
+class ActionContext:
+    """What an edit action may use besides the question state."""
+
+    gen: ChatLLM
+    """The generator model."""
+    store: PageStore
+    usage: Usage
+    """The item's token and cost accounting (pass it to every call)."""
+    facts_of: Callable[[str, Usage], Awaitable[list[str] | None]]
+    """A page's extracted facts (cached per run), by url."""
+    rng: random.Random
+    """The item's random draws (deterministic, so a resumed run draws the same)."""
+    seed: int
+    """Sampling seed of this edit's calls."""
+
+
+ActionFn = Callable[[ActionContext, QAState], Awaitable[tuple[QAState | None, Edit]]]
+
+
+@dataclass(frozen=True)
+class Action:
+    """An edit action of the synthesis agent (see the module docstring)."""
+
+    name: str
+    run: ActionFn
+    adds_hop: bool = False
+    """It adds a source page: chosen first while too shallow, never at `max_hops`."""
+
+
+ACTIONS = Registry("datagen action", "datagen.actions")
+"""Edit actions by name (`datagen.actions`)."""
+
+
+def action(name: str, *, adds_hop: bool = False) -> Callable[[ActionFn], ActionFn]:
+    """Decorator: register the coroutine function it wraps as action `name` (returned unchanged)."""
+
+    def deco(run: ActionFn) -> ActionFn:
+        ACTIONS.add(name, Action(name, run, adds_hop))
+        return run
+
+    return deco
+
+
+def get_action(spec: str) -> Action:
+    """The Action a name or `pkg.mod:attr` names; ComponentError listing the valid names otherwise."""
+    found = ACTIONS.resolve(spec)
+    if not isinstance(found, Action):
+        raise ComponentError(f"datagen.actions: '{spec}' is a {type(found).__name__}, not a datagen.actions.Action")
+    return found
 
 
 def names(text: str, name: str) -> bool:
@@ -121,11 +180,12 @@ async def seed_question(seed: Any, store: PageStore, usage: Usage, *, facts_of: 
     return state, Edit("base", True, state.question, answer, note=f"seed QA {seed.id}", pages=pages)
 
 
-async def fuzz(gen: ChatLLM, state: QAState, usage: Usage, *, seed: int) -> tuple[QAState | None, Edit]:
+@action("fuzz")
+async def fuzz(ctx: ActionContext, state: QAState) -> tuple[QAState | None, Edit]:
     """The question with one revealing detail made vaguer (same answer, same statements)."""
-    reply = await gen.complete(P.messages(P.FUZZ, question=state.question, answer=state.answer,
-                                          facts=P.numbered([s.text for s in state.statements])), usage, seed=seed,
-                               prefill="Question:")
+    reply = await ctx.gen.complete(P.messages(P.FUZZ, question=state.question, answer=state.answer,
+                                              facts=P.numbered([s.text for s in state.statements])), ctx.usage,
+                                   seed=ctx.seed, prefill="Question:")
     got = P.labelled(reply, "Question", "Obscured")
     if got is None:
         return None, Edit("fuzz", False, note=f"unparseable reply: {reply[:200]!r}")
@@ -148,10 +208,10 @@ def inject_candidates(store: PageStore, state: QAState, rng: random.Random) -> l
     return pairs
 
 
-async def inject(gen: ChatLLM, store: PageStore, state: QAState, usage: Usage, *, facts_of: Any,
-                 rng: random.Random, seed: int, tries: int = 3) -> tuple[QAState | None, Edit]:
-    """One more hop (see module docstring). `facts_of(url, usage)` gives a page's cached facts. The
-    returned edit carries the `coverage` check's result."""
+@action("inject", adds_hop=True)
+async def inject(ctx: ActionContext, state: QAState, tries: int = 3) -> tuple[QAState | None, Edit]:
+    """One more hop (see module docstring); the returned edit carries the `coverage` check's result."""
+    gen, store, usage, facts_of, rng, seed = ctx.gen, ctx.store, ctx.usage, ctx.facts_of, ctx.rng, ctx.seed
     for entity, other in inject_candidates(store, state, rng)[:tries]:
         facts = [f for f in (await facts_of(other, usage) or []) if names(f, entity)]
         if facts:

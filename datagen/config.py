@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal
 
-from agent.config import JudgeConfig, WorkflowConfig
+from agent.config import JudgeConfig
 from core.ranges import ranged
-
-if TYPE_CHECKING:
-    from serving.config import EngineConfig
-    from world.config import WorldConfig
 
 LinkSource = Literal["mentions", "file"]
 DifficultyJudge = Literal["llm", "match"]
 UniquenessJudge = Literal["llm", "statements"]
-SynthAction = Literal["fuzz", "inject"]
 Extractor = Literal["llm", "sentences"]
 LLMBackend = Literal["embedded", "http", "vllm", "sglang", "openai"]
 
@@ -77,9 +72,9 @@ class DatagenConfig:
     """Characters of a page shown to the extraction prompt."""
     max_info_points: int = ranged(16, ge=1)
     """Most information points kept per page."""
-    actions: list[SynthAction] = field(default_factory=lambda: ["fuzz", "inject"])
-    """Edit actions to draw from after the base question: `fuzz` (obscure a revealing detail) and `inject`
-    (chain in a fact about a linked entity, one hop more)."""
+    actions: list[str] = field(default_factory=lambda: ["fuzz", "inject"])
+    """Edit actions to draw from after the base question: names in datagen.actions.ACTIONS (`fuzz` obscures a
+    revealing detail, `inject` chains in a fact about a linked entity, one hop more) or `pkg.mod:attr`."""
     max_edits: int = 4
     """Most edit attempts per item after the base question (accepted or not)."""
     min_hops: int = ranged(1, ge=1, at_most="max_hops")
@@ -126,12 +121,3 @@ class DatagenConfig:
     """The tool-free solver of the difficulty check (and the source of the uniqueness check's candidates)."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """The judge of solver attempts (any backend, verdicts cached) and of the uniqueness check."""
-
-
-class DatagenRunConfig(WorkflowConfig, Protocol):
-    """The sections of the whole config (hexsearch.config.HexConfig) a synthesis run (datagen/run.py) reads:
-    its own, the corpus world's, and the policy engine and workflow of the search check."""
-
-    engine: EngineConfig
-    world: WorldConfig
-    datagen: DatagenConfig

@@ -59,7 +59,7 @@ class Edit:
     """One attempted action and the checks that judged its result."""
 
     action: str
-    """`base`, `fuzz` or `inject`."""
+    """`base`, or the name of the edit action (datagen.actions.ACTIONS: `fuzz`, `inject`, a user action)."""
     accepted: bool
     question: str = ""
     answer: str = ""

@@ -3,7 +3,8 @@
     seed page --extract--> facts --base--> question      (checks: guard, validity, difficulty, uniqueness)
     (or a seed QA from `datagen.seeds`, with its pages' facts as statements, checked the same way)
     repeat up to max_edits, until hops >= target_hops and k/n <= max_solver_accuracy:
-        action = inject while hops < target_hops, else a draw from `actions` (no inject at max_hops)
+        action = inject while hops < target_hops, else a draw from `actions` (no inject at max_hops;
+                 any action of the ACTIONS registry, datagen/actions.py)
         new = action(question)                            (inject also runs the coverage check)
         checks(new); keep it only if every check passed
     accept if hops >= min_hops and k/n <= max_solver_accuracy (and, optionally, the search agent solves it)
@@ -25,7 +26,6 @@ from typing import Any
 from core.log import get_logger
 from datagen import actions, checks
 from datagen.actions import QAState
-from datagen.config import DatagenConfig
 from datagen.corpus import PageStore
 from datagen.llm import Models, Usage
 from datagen.record import Edit
@@ -36,7 +36,7 @@ log = get_logger(__name__)
 class Synthesiser:
     """Runs items (see module docstring). `workflow`/`engine`: the search agent for `search_check`."""
 
-    def __init__(self, cfg: DatagenConfig, store: PageStore, models: Models, *, run_seed: int = 0, workflow: Any = None,
+    def __init__(self, cfg: Any, store: PageStore, models: Models, *, run_seed: int = 0, workflow: Any = None,
                  engine: Any = None, seeds: list[Any] | None = None):
         """`seeds`: seed QAs (datagen.run.load_seeds); item i edits seed i (cycling) instead of writing a base
         question from a sampled page."""
@@ -76,11 +76,14 @@ class Synthesiser:
         return (state.hops >= hops and d is not None
                 and d["correct"] <= self.cfg.max_solver_accuracy * d["attempts"])
 
-    def choose(self, state: QAState, rng: random.Random) -> str:
-        allowed = [a for a in self.cfg.actions if a != "inject" or state.hops < self.cfg.max_hops]
-        if "inject" in allowed and state.hops < max(self.cfg.min_hops, self.cfg.target_hops):
-            return "inject"
-        return rng.choice(allowed) if allowed else ""
+    def choose(self, state: QAState, rng: random.Random) -> actions.Action | None:
+        """The next edit: a hop-adding action while the question is too shallow, else a draw from
+        `datagen.actions` (hop-adding ones only below `max_hops`); None when none may run."""
+        allowed = [a for a in map(actions.get_action, self.cfg.actions) if not a.adds_hop or state.hops < self.cfg.max_hops]
+        deepen = [a for a in allowed if a.adds_hop]
+        if deepen and state.hops < max(self.cfg.min_hops, self.cfg.target_hops):
+            return deepen[0] if len(deepen) == 1 else rng.choice(deepen)
+        return rng.choice(allowed) if allowed else None
 
     async def _checked(self, edit: Edit, new: QAState | None, state: QAState | None, usage: Usage, seed: int) -> None:
         if new is None or not edit.accepted:
@@ -141,13 +144,10 @@ class Synthesiser:
             if self.hard_enough(state, max(self.cfg.min_hops, self.cfg.target_hops)):
                 break
             action = self.choose(state, rng)
-            if action == "fuzz":
-                new, edit = await actions.fuzz(self.models.generator, state, usage, seed=seed + turn + 1)
-            elif action == "inject":
-                new, edit = await actions.inject(self.models.generator, self.store, state, usage,
-                                                 facts_of=self.facts_of, rng=rng, seed=seed + turn + 1)
-            else:
+            if action is None:
                 break
+            ctx = actions.ActionContext(self.models.generator, self.store, usage, self.facts_of, rng, seed + turn + 1)
+            new, edit = await action.run(ctx, state)
             await self._checked(edit, new, state, usage, seed + 1000 * (turn + 1))
             edits.append(edit)
             if edit.accepted:

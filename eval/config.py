@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from core.ranges import ranged
 
-SuiteName = Literal["world", "world-test", "world-dev", "localqa", "gaia", "xbench", "browsecomp", "frames"]
-ScorerName = Literal["gaia", "em", "f1", "sub_em", "cover_em", "set_f1", "asearcher_f1"]
-JudgeName = Literal["xbench", "browsecomp", "gaia", "asearcher", "default"]
+JUDGE_KEYWORDS = ("auto", "none")
+"""What `eval.judge` accepts besides a judge prompt."""
+PRIMARY_KEYWORDS = ("auto", "judge")
+"""What `eval.primary` accepts besides a scorer."""
 
 
 @dataclass
 class EvalConfig:
-    suite: SuiteName = "world"
-    """Suite to evaluate: `world` (the offline world's test split), `localqa` (FlashRAG/Search-R1/ASearcher
-    JSONL), `gaia`, `xbench`, `browsecomp` or `frames` (see eval/loaders.py for the file formats)."""
+    suite: str = "world"
+    """Suite to evaluate: a name in eval.suites.SUITES (`hexsearch config keys eval.suite` lists them; eval/loaders.py
+    has the file formats; `world` is the offline world's test split) or `pkg.mod:attr` naming a `Suite`."""
     data: str = ""
     """The suite's data file (or world folder). Empty: only `world` has a default (the configured world)."""
     limit: int = 0
@@ -29,13 +29,12 @@ class EvalConfig:
     """Sampling temperature; -1: greedy (0) when n = 1, else `agent.temperature`."""
     concurrency: int = ranged(16, ge=1)
     """Episodes run at once."""
-    scorers: list[ScorerName] = field(default_factory=list)
-    """Rule-based scorers (`gaia`, `em`, `f1`, `sub_em`, `cover_em`, `set_f1`, `asearcher_f1`). Empty: the suite's own."""
-    judge: Literal["auto", "none", JudgeName] = "auto"
-    """LLM judge prompt: `auto` (the suite's published judge: xbench, browsecomp, gaia for GAIA and Frames;
-    none for local QA and the world), `none`, or a prompt name (`xbench`, `browsecomp`, `gaia`, `asearcher`,
-    `default`). The judge model is `agent.judge`."""
-    primary: Literal["auto", "judge", ScorerName] = "auto"
+    scorers: list[str] = field(default_factory=list)
+    """Rule-based scorers: names in eval.scorers.SCORERS or `pkg.mod:fn`. Empty: the suite's own."""
+    judge: str = "auto"
+    """LLM judge prompt: `auto` (the suite's published judge, none for local QA and the world), `none`, a
+    name in eval.judges.JUDGE_PROMPTS or `pkg.mod:attr`. The judge model is `agent.judge`."""
+    primary: str = "auto"
     """What decides whether a sample is correct (Pass@k, majority vote): `judge` or a scorer name (a sample is
     correct when that score is 1). `auto`: the judge when one is used, else the suite's first scorer."""
     write_plaintext: bool = False

@@ -43,8 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.judge import JUDGE_PROMPT, JUDGE_PROMPT_VERSION, JUDGE_SYSTEM, parse_verdict
+from core.registry import ComponentError, Registry
 
 Parser = Callable[[str], "bool | None"]
+
+JUDGE_PROMPTS = Registry("judge prompt", "eval.judge")
+"""Judge prompts by name (`eval.judge`; `pkg.mod:attr` names a user prompt: any agent.judge.JudgePromptLike)."""
 
 
 def join_golds(golds: Sequence[str]) -> str:
@@ -281,24 +285,25 @@ def parse_asearcher(text: str) -> bool | None:
 
 # ---- registry ----------------------------------------------------------------------------------------------
 
-JUDGE_PROMPTS: dict[str, JudgePrompt] = {
-    "xbench": make_prompt("xbench", None, XBENCH_TEMPLATE, parse_xbench),
-    "browsecomp": make_prompt("browsecomp", None, BROWSECOMP_TEMPLATE, parse_browsecomp),
-    "gaia": make_prompt("gaia", None, GAIA_TEMPLATE, parse_correct_incorrect),
-    "asearcher": make_prompt("asearcher", None, ASEARCHER_TEMPLATE, parse_asearcher, max_prediction_chars=500,
-                             format_golds=python_list_golds),
+for _prompt in (
+    make_prompt("xbench", None, XBENCH_TEMPLATE, parse_xbench),
+    make_prompt("browsecomp", None, BROWSECOMP_TEMPLATE, parse_browsecomp),
+    make_prompt("gaia", None, GAIA_TEMPLATE, parse_correct_incorrect),
+    make_prompt("asearcher", None, ASEARCHER_TEMPLATE, parse_asearcher, max_prediction_chars=500,
+                format_golds=python_list_golds),
     # exactly LLMJudge's built-in prompt and version, so both share cached verdicts; the built-in text is
     # pinned by a hash in tests/test_eval_scoring.py so that an edit without a version bump fails
-    "default": JudgePrompt("default", JUDGE_PROMPT_VERSION, JUDGE_SYSTEM, JUDGE_PROMPT, parse_verdict,
-                           max_prediction_chars=500, format_golds=lambda g: join_golds(g) or "(none)",
-                           empty_prediction="(no answer)"),
-}
-"""Judge prompts by name (`eval.judge`)."""
+    JudgePrompt("default", JUDGE_PROMPT_VERSION, JUDGE_SYSTEM, JUDGE_PROMPT, parse_verdict,
+                max_prediction_chars=500, format_golds=lambda g: join_golds(g) or "(none)",
+                empty_prediction="(no answer)"),
+):
+    JUDGE_PROMPTS.add(_prompt.name, _prompt)
 
 
-def get_judge_prompt(name: str) -> JudgePrompt:
-    """The judge prompt of a name; ValueError naming the valid ones otherwise."""
-    try:
-        return JUDGE_PROMPTS[name]
-    except KeyError:
-        raise ValueError(f"unknown judge prompt '{name}'; valid: {', '.join(JUDGE_PROMPTS)}") from None
+def get_judge_prompt(name: str) -> Any:
+    """The judge prompt a name or `pkg.mod:attr` names; ComponentError (a ValueError) naming the valid ones."""
+    prompt = JUDGE_PROMPTS.resolve(name)
+    if not all(hasattr(prompt, a) for a in ("name", "version", "render", "parse")):
+        raise ComponentError(f"eval.judge: '{name}' is a {type(prompt).__name__}, not a judge prompt "
+                             "(name, version, render, parse: agent.judge.JudgePromptLike)")
+    return prompt

@@ -26,28 +26,25 @@ from dataclasses import replace
 from typing import Any
 
 from core.checkpoint import append_row, read_rows
-
-DEFAULT_SCORERS = {"gaia": ["gaia", "em", "f1"], "xbench": ["em", "f1"], "browsecomp": ["em", "f1"],
-                   "frames": ["em", "f1", "cover_em"], "localqa": ["em", "f1", "sub_em", "cover_em", "set_f1"],
-                   "world": ["em", "f1", "sub_em", "cover_em", "set_f1"]}
-"""The rule-based scorers each suite reports (its official one first)."""
-DEFAULT_JUDGES = {"gaia": "gaia", "xbench": "xbench", "browsecomp": "browsecomp", "frames": "gaia"}
-"""The published LLM-judge prompt each suite is scored with (`eval.judge=auto`)."""
+from eval.suites import DEFAULT_SCORERS as DEFAULT_SCORERS  # suite -> scorers, for trainer.runtime
+from eval.suites import get_suite
 
 
 def scorers_for(cfg: Any) -> list[str]:
-    return list(cfg.eval.scorers) or DEFAULT_SCORERS.get(cfg.eval.suite, ["em", "f1"])
+    """`eval.scorers`, else the suite's own (its record in eval.suites.SUITES)."""
+    return list(cfg.eval.scorers) or list(get_suite(cfg.eval.suite).scorers)
 
 
 def judge_prompt_name(cfg: Any) -> str | None:
-    """The judge prompt of this run (None: no judge)."""
+    """The judge prompt of this run (None: no judge); `auto` is the suite's published one."""
     name = cfg.eval.judge
     if name == "auto":
-        return DEFAULT_JUDGES.get(cfg.eval.suite)
+        return get_suite(cfg.eval.suite).judge
     return None if name in ("none", "") else name
 
 
 def primary_for(cfg: Any) -> str:
+    """What decides correctness: `eval.primary`, else the judge when one is used, else the first scorer."""
     if cfg.eval.primary != "auto":
         return cfg.eval.primary
     return "judge" if judge_prompt_name(cfg) else scorers_for(cfg)[0]
@@ -163,11 +160,12 @@ def build_eval_judge(cfg: Any, engine: Any = None, *, keep_raw: bool = True) -> 
     if name is None:
         return None
     from agent.judge import build_judge
-    from eval.judges import JUDGE_PROMPTS
+    from eval.config import JUDGE_KEYWORDS
+    from eval.judges import JUDGE_PROMPTS, get_judge_prompt
 
-    if name not in JUDGE_PROMPTS:
-        raise ValueError(f"eval.judge: unknown judge prompt '{name}'; valid: auto, none, {', '.join(JUDGE_PROMPTS)}")
+    JUDGE_PROMPTS.check(name, JUDGE_KEYWORDS)
+    prompt = get_judge_prompt(name)
     judge_cfg = cfg.agent.judge
     shared = (engine if judge_cfg.backend == "embedded" and cfg.engine.backend == "embedded"
               and judge_cfg.model == cfg.engine.model else None)
-    return build_judge(judge_cfg, engine=shared, prompt=JUDGE_PROMPTS[name], keep_raw=keep_raw)
+    return build_judge(judge_cfg, engine=shared, prompt=prompt, keep_raw=keep_raw)

@@ -49,8 +49,12 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from agent.rewards import best_over, exact_match, f1_score, normalize_answer, set_f1, sub_em
+from core.registry import Registry
 
 Scorer = Callable[[str | None, Sequence[str]], float]
+
+SCORERS = Registry("scorer", "eval.scorers")
+"""Scorers by name (what `eval.scorers` lists in a config; `pkg.mod:fn` names a user scorer)."""
 
 _LIST_SPLIT = re.compile(r"[,;]")
 _WHITESPACE = re.compile(r"\s")
@@ -104,6 +108,7 @@ def gaia_match(prediction: str, gold: str) -> bool:
     return gaia_normalize_str(prediction) == gaia_normalize_str(gold)
 
 
+@SCORERS.register("gaia")
 def gaia(prediction: str | None, golds: Sequence[str]) -> float:
     """GAIA quasi-exact match, max over gold aliases."""
     if prediction is None:
@@ -114,20 +119,22 @@ def gaia(prediction: str | None, golds: Sequence[str]) -> float:
 # ---- SQuAD and ASearcher --------------------------------------------------------------------------------
 
 
-def _over_golds(metric: Callable[[str, str], float]) -> Scorer:
+def _over_golds(metric: Callable[[str, str], float], name: str) -> Scorer:
+    """A scorer from a per-gold metric, registered in SCORERS as `name`."""
+
     def scorer(prediction: str | None, golds: Sequence[str]) -> float:
         return 0.0 if prediction is None else float(best_over(metric, prediction, list(golds)))
 
-    return scorer
+    return SCORERS.register(name)(scorer)
 
 
-em = _over_golds(exact_match)
+em = _over_golds(exact_match, "em")
 em.__doc__ = "SQuAD exact match, max over gold aliases."
-f1 = _over_golds(f1_score)
+f1 = _over_golds(f1_score, "f1")
 f1.__doc__ = "SQuAD token F1 (multiset overlap), max over gold aliases."
-sub_em_scorer = _over_golds(sub_em)
+sub_em_scorer = _over_golds(sub_em, "sub_em")
 sub_em_scorer.__doc__ = "SQuAD sub-EM (gold tokens as a contiguous run in the prediction), max over gold aliases."
-set_f1_scorer = _over_golds(set_f1)
+set_f1_scorer = _over_golds(set_f1, "set_f1")
 set_f1_scorer.__doc__ = "ASearcher's set-token F1 (training reward), max over gold aliases."
 
 
@@ -143,7 +150,7 @@ def cover_match(prediction: str, gold: str) -> float:
     return float(all(t in pred_tokens for t in gold_tokens))
 
 
-cover_em = _over_golds(cover_match)
+cover_em = _over_golds(cover_match, "cover_em")
 cover_em.__doc__ = "ASearcher's cover exact match (every gold word appears in the prediction), max over golds."
 
 
@@ -162,25 +169,13 @@ def asearcher_f1_match(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-asearcher_f1 = _over_golds(asearcher_f1_match)
+asearcher_f1 = _over_golds(asearcher_f1_match, "asearcher_f1")
 asearcher_f1.__doc__ = "ASearcher's evaluation F1 (set tokens, no CJK splitting), max over gold aliases."
 
 
-# ---- registry --------------------------------------------------------------------------------------------
-
-SCORERS: dict[str, Scorer] = {
-    "gaia": gaia, "em": em, "f1": f1, "sub_em": sub_em_scorer, "cover_em": cover_em, "set_f1": set_f1_scorer,
-    "asearcher_f1": asearcher_f1,
-}
-"""Scorers by name (what `eval.scorers` lists in a config)."""
-
-
 def get_scorer(name: str) -> Scorer:
-    """The scorer of a name; ValueError naming the valid ones otherwise."""
-    try:
-        return SCORERS[name]
-    except KeyError:
-        raise ValueError(f"unknown scorer '{name}'; valid: {', '.join(SCORERS)}") from None
+    """The scorer a name or `pkg.mod:fn` names; ComponentError (a ValueError) naming the valid ones otherwise."""
+    return SCORERS.resolve(name)
 
 
 def score_all(prediction: str | None, golds: Sequence[str], names: Sequence[str]) -> dict[str, float]:

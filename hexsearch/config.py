@@ -20,7 +20,7 @@ import textwrap
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -29,7 +29,6 @@ from agent.config import AgentConfig
 from core.choices import field_types, item_literal_values, literal_values
 from core.log import get_logger
 from core.ranges import range_problem
-from core.rundir import RunConfig
 from datagen.config import DatagenConfig
 from eval.config import EvalConfig
 from serving.config import EngineConfig
@@ -41,6 +40,8 @@ from world.config import WorldConfig
 
 log = get_logger(__name__)
 
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
 RENAMED = {"agent.reward": "agent.reward_fn", "agent.judge_cache": "agent.judge.cache",
            "train.max_concurrent_rollouts": "train.max_inflight_trajectories",
            "train.max_concurrent_episodes": "train.max_inflight_trajectories"}
@@ -50,6 +51,18 @@ RENAMED = {"agent.reward": "agent.reward_fn", "agent.judge_cache": "agent.judge.
 
 class ConfigError(ValueError):
     """A config problem explained in one line (unknown key, wrong type, missing file)."""
+
+
+@dataclass
+class RunConfig:
+    name: str = ""
+    """Run name; the run folder is `<root>/<name>`. Empty: `<command>-<timestamp>`."""
+    root: str = "runs"
+    """Folder that holds all runs."""
+    seed: int = 0
+    """Global random seed (python, numpy, torch, data order)."""
+    log_level: LogLevel = "WARNING"
+    """Python logging level for the console and `log.txt`: `DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`."""
 
 
 @dataclass
@@ -237,17 +250,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def check_components(cfg: HexConfig) -> None:
     """Fields that name a component (a built-in name or `package.module:attribute`) name a real one: a
     built-in, or an import path (imported later, inside each worker; syntax is checked here)."""
-    from agent.context import POLICIES
-    from agent.rewards import REWARDS
-    from agent.workflow import WORKFLOWS
     from core.registry import ComponentError
+    from hexsearch.components import check_components as check_fields
 
-    for registry, spec in ((REWARDS, cfg.agent.reward_fn), (POLICIES, cfg.agent.context_policy),
-                           (WORKFLOWS, cfg.train.workflow)):
-        try:
-            registry.check(spec)
-        except ComponentError as e:
-            raise ConfigError(str(e)) from e
+    try:
+        check_fields(cfg)  # every field hexsearch/components.py lists, against its registry
+    except ComponentError as e:
+        raise ConfigError(str(e)) from e
     check_agent_program(cfg)
 
 
@@ -295,12 +304,18 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def describe(cls: type = HexConfig, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, type, docstring) for every leaf field, recursing into nested dataclasses; the type of a
-    fixed-choice field is its values, e.g. `drop|reject|none` (`list[search|access]` for a list of them)."""
+    fixed-choice field is its values, e.g. `drop|reject|none` (`list[search|access]` for a list of them), and
+    that of a field naming a component its registry's names."""
+    from hexsearch.components import COMPONENT_FIELDS, component_names
+
     rows: list[tuple[str, str, str]] = []
     docs = field_docs(cls)
     types = field_types(cls)
     for f in dataclasses.fields(cls):
         choices, items = literal_values(types[f.name]), item_literal_values(types[f.name])
+        if f"{prefix}{f.name}" in COMPONENT_FIELDS:  # a registry's names (hexsearch/components.py)
+            names = (*component_names(f"{prefix}{f.name}"), "pkg.mod:attr")
+            choices, items = (None, names) if typing.get_origin(types[f.name]) is list else (names, None)
         kind = ("|".join(map(str, choices)) if choices else f"list[{'|'.join(map(str, items))}]" if items
                 else getattr(f.type, "__name__", str(f.type)))
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]

@@ -34,7 +34,7 @@ IS_LIST = {k for k, (_, is_list) in literal_keys().items() if is_list}
 KNOWN = {"agent.action_format", "agent.prefill", "agent.prompt_layout", "agent.judge.backend",
          "tools.search_backend", "tools.retrieval_worker", "engine.backend", "engine.dtype",
          "train.advantage", "train.filter_groups", "train.prox_logp", "train.packing", "train.lr_schedule",
-         "run.log_level", "tools.builtin"}
+         "run.log_level"}
 
 
 def test_discovered_literal_fields_include_the_known_ones():
@@ -42,7 +42,8 @@ def test_discovered_literal_fields_include_the_known_ones():
     for key, values in CHOICES.items():
         assert len(values) >= 2 and all(isinstance(v, str) for v in values), key
     # free-form fields that also take an import path stay plain strings
-    for key in ("agent.context_policy", "agent.reward_fn", "train.workflow", "engine.device", "engine.model"):
+    for key in ("agent.context_policy", "agent.reward_fn", "train.workflow", "engine.device", "engine.model",
+                "tools.builtin", "eval.suite", "eval.scorers", "eval.judge", "datagen.actions"):
         assert key not in CHOICES
 
 
@@ -155,7 +156,7 @@ def test_components_check_their_configs_built_in_code():
         build_engine(EngineConfig(backend="tgi"))
     with pytest.raises(ToolConfigError, match=r"tools.retrieval_worker: invalid value 'gpu'; valid: thread, process"):
         build_tools(ToolsConfig(retrieval_worker="gpu", cache_enabled=False))
-    with pytest.raises(ToolConfigError, match=r"tools.builtin\[1\]: invalid value 'browse'; valid: search, access"):
+    with pytest.raises(ToolConfigError, match=r"tools.builtin: unknown built-in tool 'browse'. Valid: search, access"):
         build_tools(ToolsConfig(builtin=["search", "browse"], cache_enabled=False))
     with pytest.raises(ValueError, match=r"agent.judge.backend: invalid value 'x'; valid: .*openai"):
         check_choices(AgentConfig(judge=dataclasses.replace(AgentConfig().judge, backend="x")), "agent")

@@ -333,8 +333,8 @@ def test_world_splits(small_world, tmp_path, monkeypatch):
 
 
 def test_load_suite_errors(tmp_path):
-    assert {"xbench", "gaia", "browsecomp", "frames", "localqa", "world"} <= set(SUITES)
-    with pytest.raises(ValueError, match="unknown suite 'hle'"):
+    assert {"xbench", "gaia", "browsecomp", "frames", "localqa", "world"} <= set(SUITES.names())
+    with pytest.raises(ValueError, match=r"eval.suite: unknown eval suite 'hle'. Valid: xbench, browsecomp"):
         load_suite("hle", tmp_path / "x.csv")
     with pytest.raises(DataError, match="needs a data file"):
         load_suite("gaia", None)

@@ -87,18 +87,18 @@ def test_gaia_strings_whitespace_punctuation_case_no_article_removal():
 
 
 def test_squad_scorers():
-    em, f1, sub = SCORERS["em"], SCORERS["f1"], SCORERS["sub_em"]
+    em, f1, sub = SCORERS.resolve("em"), SCORERS.resolve("f1"), SCORERS.resolve("sub_em")
     assert em("The  Eiffel Tower!", ["eiffel tower"]) == 1.0 and em("Eiffel", ["eiffel tower"]) == 0.0
     assert f1("Eiffel Tower in Paris", ["the Eiffel Tower"]) == pytest.approx(2 / 3)  # P 2/4, R 2/2
     assert f1("a a b", ["a b b"]) == pytest.approx(2 / 3)  # multiset overlap: one a, one b
     assert sub("founded in 1642.", ["1642"]) == 1.0 and sub("party", ["art"]) == 0.0
     assert sub("tower eiffel", ["eiffel tower"]) == 0.0  # contiguous, in order
     for name in ("em", "f1", "sub_em", "cover_em", "set_f1", "asearcher_f1", "gaia"):
-        assert SCORERS[name](None, ["x"]) == 0.0
+        assert SCORERS.resolve(name)(None, ["x"]) == 0.0
 
 
 def test_cover_em_is_asearchers_token_cover():
-    cem = SCORERS["cover_em"]
+    cem = SCORERS.resolve("cover_em")
     assert cem("France, Paris", ["Paris France"]) == 1.0  # any order, not adjacent
     assert cem("It is in Paris, the capital", ["Paris capital"]) == 1.0
     assert cem("Paris", ["Paris France"]) == 0.0
@@ -110,20 +110,20 @@ def test_cover_em_is_asearchers_token_cover():
 
 
 def test_set_f1_and_asearcher_eval_f1():
-    assert SCORERS["set_f1"]("a b c c", ["b c d"]) == pytest.approx(2 / 3)  # sets: {a,b,c} vs {b,c,d}
-    assert SCORERS["set_f1"]("北京", ["北京市"]) == pytest.approx(0.8)  # CJK chars are tokens
-    assert SCORERS["asearcher_f1"]("北京", ["北京市"]) == 0.0  # evaluate.py keeps the run whole
-    assert SCORERS["asearcher_f1"]("The U.S.-Canada border", ["us canada"]) == pytest.approx(2 / 7)  # P 1/5, R 1/2
-    assert SCORERS["asearcher_f1"]("", [""]) == 0.0 and SCORERS["set_f1"]("", [""]) == 1.0
+    assert SCORERS.resolve("set_f1")("a b c c", ["b c d"]) == pytest.approx(2 / 3)  # sets: {a,b,c} vs {b,c,d}
+    assert SCORERS.resolve("set_f1")("北京", ["北京市"]) == pytest.approx(0.8)  # CJK chars are tokens
+    assert SCORERS.resolve("asearcher_f1")("北京", ["北京市"]) == 0.0  # evaluate.py keeps the run whole
+    assert SCORERS.resolve("asearcher_f1")("The U.S.-Canada border", ["us canada"]) == pytest.approx(2 / 7)  # P 1/5, R 1/2
+    assert SCORERS.resolve("asearcher_f1")("", [""]) == 0.0 and SCORERS.resolve("set_f1")("", [""]) == 1.0
 
 
 def test_score_all_and_registry():
     out = score_all("$1,000", ["1000"], ["gaia", "em", "f1"])
     assert out == {"gaia": 1.0, "em": 1.0, "f1": 1.0}  # SQuAD drops "$" and "," too
     assert score_all(None, ["x"], ["em", "cover_em"]) == {"em": 0.0, "cover_em": 0.0}
-    with pytest.raises(ValueError, match=r"unknown scorer 'bleu'; valid: gaia, em"):
+    with pytest.raises(ValueError, match=r"unknown scorer 'bleu'. Valid: gaia, em"):
         score_all("x", ["x"], ["em", "bleu"])
-    assert get_scorer("f1") is SCORERS["f1"]
+    assert get_scorer("f1") is SCORERS.resolve("f1")
 
 
 # ---- judge prompts and parsers ----------------------------------------------------------------------------
@@ -171,33 +171,33 @@ def test_gaia_and_asearcher_and_default_parsers():
     assert parse_asearcher('{"rationale": broken, "judgement": "Correct"}') is True
     for bad in ('{"rationale": "x", "judgement": "maybe"}', '{"rationale": "x"}', "no json here", "```json\n```"):
         assert parse_asearcher(bad) is None, bad
-    assert JUDGE_PROMPTS["default"].parse("x\nVERDICT: INCORRECT") is False
-    assert JUDGE_PROMPTS["default"].parse("no verdict") is None
+    assert JUDGE_PROMPTS.resolve("default").parse("x\nVERDICT: INCORRECT") is False
+    assert JUDGE_PROMPTS.resolve("default").parse("no verdict") is None
 
 
 def test_prompt_rendering_and_versions():
-    (msg,) = JUDGE_PROMPTS["xbench"].render(Q, GOLD, "in 1642")
+    (msg,) = JUDGE_PROMPTS.resolve("xbench").render(Q, GOLD, "in 1642")
     assert msg["role"] == "user" and "[正确答案]: 1642" in msg["content"] and "[回答]:in 1642" in msg["content"]
     assert msg["content"].startswith("你是一个通用人工智能助手。") and msg["content"].endswith("填写'错误'。")
-    (msg,) = JUDGE_PROMPTS["browsecomp"].render(Q, GOLD, "Exact Answer: 1642")
+    (msg,) = JUDGE_PROMPTS.resolve("browsecomp").render(Q, GOLD, "Exact Answer: 1642")
     assert "[correct_answer]: 1642" in msg["content"] and "0|\\%| and 100|\\%|" in msg["content"]
-    (msg,) = JUDGE_PROMPTS["gaia"].render(Q, ["a", "b"], "a")
+    (msg,) = JUDGE_PROMPTS.resolve("gaia").render(Q, ["a", "b"], "a")
     assert "Labeled Answer: a | b" in msg["content"] and msg["content"].rstrip().endswith("Do not include any other text.")
-    (msg,) = JUDGE_PROMPTS["asearcher"].render(Q, ["a", "b"], "x" * 600)
+    (msg,) = JUDGE_PROMPTS.resolve("asearcher").render(Q, ["a", "b"], "x" * 600)
     assert "Labeled Answer: ['a', 'b']" in msg["content"] and "x" * 500 + "\n" in msg["content"]
     assert "x" * 501 not in msg["content"] and '"judgement": your judgement result' in msg["content"]
     # the default is LLMJudge's built-in prompt, message for message, with its version
     judge = LLMJudge(ScriptedEngine([]), "j")
     for pred in ("in 1642", "", "y" * 700):
-        assert JUDGE_PROMPTS["default"].render(Q, GOLD, pred) == judge.messages(Q, GOLD, pred)
-    assert JUDGE_PROMPTS["default"].version == judge.prompt_version == "v1"
+        assert JUDGE_PROMPTS.resolve("default").render(Q, GOLD, pred) == judge.messages(Q, GOLD, pred)
+    assert JUDGE_PROMPTS.resolve("default").version == judge.prompt_version == "v1"
     # the built-in text is pinned: editing it must come with a new JUDGE_PROMPT_VERSION (and this hash)
     assert hashlib.sha256((JUDGE_SYSTEM + "\n" + JUDGE_PROMPT).encode()).hexdigest()[:16] == "c3182b612d3fcdba"
-    versions = [p.version for p in JUDGE_PROMPTS.values()]
-    assert len(set(versions)) == len(versions) and JUDGE_PROMPTS["xbench"].version.startswith("xbench-")
+    versions = [JUDGE_PROMPTS.resolve(name).version for name in JUDGE_PROMPTS.names()]
+    assert len(set(versions)) == len(versions) and JUDGE_PROMPTS.resolve("xbench").version.startswith("xbench-")
     same = make_prompt("xbench", None, XBENCH_TEMPLATE, parse_xbench)
     edited = make_prompt("xbench", None, XBENCH_TEMPLATE + " ", parse_xbench)
-    assert same.version == JUDGE_PROMPTS["xbench"].version != edited.version
+    assert same.version == JUDGE_PROMPTS.resolve("xbench").version != edited.version
     assert make_prompt("xbench", None, XBENCH_TEMPLATE, parse_xbench, rev="2").version != same.version
     with pytest.raises(ValueError, match="unknown judge prompt 'hle'"):
         get_judge_prompt("hle")
@@ -209,7 +209,7 @@ def test_prompt_rendering_and_versions():
 async def test_llm_judge_with_browsecomp_and_xbench_prompts(tmp_path, tokenizer):
     bc = ScriptedEngine(["extracted_final_answer: 1642\nreasoning: same\ncorrect: yes\nconfidence: 100"],
                         tokenizer=tokenizer)
-    judge = LLMJudge(bc, "judge-m", cache=tmp_path / "j.sqlite", prompt=JUDGE_PROMPTS["browsecomp"])
+    judge = LLMJudge(bc, "judge-m", cache=tmp_path / "j.sqlite", prompt=JUDGE_PROMPTS.resolve("browsecomp"))
     v = await judge.judge(Q, GOLD, "Exact Answer: 1642")
     assert v.correct is True and not v.cached and bc.num_calls == 1
     sent = tokenizer.decode(bc.calls[0].prompt_ids)
@@ -217,20 +217,20 @@ async def test_llm_judge_with_browsecomp_and_xbench_prompts(tmp_path, tokenizer)
     again = await judge.judge(Q, GOLD, "Exact Answer: 1642")
     assert again.correct is True and again.cached and bc.num_calls == 1
     d = judge.describe()
-    assert d["prompt_name"] == "browsecomp" and d["prompt_version"] == JUDGE_PROMPTS["browsecomp"].version
+    assert d["prompt_name"] == "browsecomp" and d["prompt_version"] == JUDGE_PROMPTS.resolve("browsecomp").version
     assert d["prompt_template"] == BROWSECOMP_TEMPLATE and d["system"] is None and d["max_prediction_chars"] is None
     # the same judgement under another prompt version is a cache miss on the same file
     xb = ScriptedEngine(["最终答案: 1642\n解释: 一致\n结论: 正确"], tokenizer=tokenizer)
     cfg = JudgeConfig(model="judge-m", cache=str(tmp_path / "j.sqlite"))
-    xjudge = build_judge(cfg, engine=xb, prompt=JUDGE_PROMPTS["xbench"])
+    xjudge = build_judge(cfg, engine=xb, prompt=JUDGE_PROMPTS.resolve("xbench"))
     v = await xjudge.judge(Q, GOLD, "Exact Answer: 1642")
     assert v.correct is True and not v.cached and xb.num_calls == 1
     assert "[原问题]: When was Varnholt founded?" in tokenizer.decode(xb.calls[0].prompt_ids)
     assert (await xjudge.judge(Q, GOLD, "Exact Answer: 1642")).cached and xb.num_calls == 1
-    key = VerdictCache.key("judge-m", Q, GOLD, "Exact Answer: 1642", JUDGE_PROMPTS["xbench"].version)
-    assert key != VerdictCache.key("judge-m", Q, GOLD, "Exact Answer: 1642", JUDGE_PROMPTS["browsecomp"].version)
+    key = VerdictCache.key("judge-m", Q, GOLD, "Exact Answer: 1642", JUDGE_PROMPTS.resolve("xbench").version)
+    assert key != VerdictCache.key("judge-m", Q, GOLD, "Exact Answer: 1642", JUDGE_PROMPTS.resolve("browsecomp").version)
     assert xjudge.cache.get(key).correct is True
-    described = describe_judge(cfg, JUDGE_PROMPTS["xbench"])
+    described = describe_judge(cfg, JUDGE_PROMPTS.resolve("xbench"))
     assert described["prompt_name"] == "xbench" and described["prompt_template"] == XBENCH_TEMPLATE
     assert {k: v for k, v in xjudge.describe().items() if k.startswith("prompt")} == \
         {k: v for k, v in described.items() if k.startswith("prompt")}
@@ -241,7 +241,7 @@ async def test_llm_judge_with_browsecomp_and_xbench_prompts(tmp_path, tokenizer)
 
 async def test_llm_judge_malformed_published_format_is_retried_then_none(tmp_path, tokenizer):
     engine = ScriptedEngine(["我不确定", "结论: 正确/错误", "最终答案: 1642"], tokenizer=tokenizer)
-    judge = LLMJudge(engine, "j", cache=tmp_path / "j.sqlite", retries=2, prompt=JUDGE_PROMPTS["xbench"])
+    judge = LLMJudge(engine, "j", cache=tmp_path / "j.sqlite", retries=2, prompt=JUDGE_PROMPTS.resolve("xbench"))
     v = await judge.judge(Q, GOLD, "1642?")
     assert v.correct is None and v.attempts == 3 and engine.num_calls == 3 and not v.cached
     assert judge.cache.get(VerdictCache.key("j", Q, GOLD, "1642?", judge.prompt_version)) is None

@@ -9,7 +9,6 @@ from core.ranges import ranged
 
 SearchBackend = Literal["local", "url", "serper"]
 RetrievalWorker = Literal["thread", "process"]
-BuiltinTool = Literal["search", "access"]
 
 
 @dataclass
@@ -42,8 +41,9 @@ class MCPServerConfig:
 
 @dataclass
 class ToolsConfig:
-    builtin: list[BuiltinTool] = field(default_factory=lambda: ["search", "access"])
-    """Built-in tools the agent gets (`search`, `access`); [] for only `components` and MCP tools."""
+    builtin: list[str] = field(default_factory=lambda: ["search", "access"])
+    """Built-in tools the agent gets: names in tools.builtin.BUILTIN_TOOLS (`search`, `access`) or a builder
+    `pkg.mod:fn`; [] for only `components` and MCP tools."""
     components: list[dict[str, Any]] = field(default_factory=list)
     """User tools by import path: `{_component_: "pkg.mod:Class", **kwargs}` builds `Class(**kwargs)`, an object
     with the Tool protocol (`name`, `schema`, `async __call__(args) -> Observation`). Each gets the built-in

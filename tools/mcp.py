@@ -102,7 +102,7 @@ class MCPTool(BaseTool):
 async def open_mcp_tools(server: MCPServerConfig, base_kwargs: dict[str, Any]) -> tuple[MCPConnection, list[MCPTool]]:
     """Start one server and wrap its tools (only `server.tools` when given); MCPError when it cannot.
 
-    `base_kwargs` are BaseTool's keyword arguments (`tools.factory._base_kwargs`). The caller owns the
+    `base_kwargs` are BaseTool's keyword arguments (`tools.builtin.base_kwargs`). The caller owns the
     returned connection and must `await conn.aclose()` when done (the tools share it).
     """
     kwargs = dict(base_kwargs)

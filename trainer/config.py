@@ -7,18 +7,9 @@ Units, used consistently everywhere: the staleness rule counts **groups** (one q
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal
 
 from core.ranges import ranged
-
-if TYPE_CHECKING:
-    from agent.config import AgentConfig
-    from core.rundir import RunConfig
-    from serving.config import EngineConfig
-    from tools.config import ToolsConfig
-    from trainer.planner.config import PlanConfig
-    from trainer.sft_config import SFTConfig
-    from world.config import WorldConfig
 
 LrSchedule = Literal["constant", "cosine"]
 Advantage = Literal["grpo", "rloo", "drgrpo"]
@@ -225,17 +216,3 @@ class TrainConfig:
     """W&B project name."""
     save_trajectories: bool = True
     """Append every consumed trajectory to `<run>/trajectories/train.jsonl`."""
-
-
-class FullConfig(Protocol):
-    """The whole config as the trainer reads it: hexsearch.config.HexConfig, whose package (the CLI) sits above
-    the trainer; it also serves where the trainer hands the config on (agent.config.WorkflowConfig)."""
-
-    run: RunConfig
-    engine: EngineConfig
-    tools: ToolsConfig
-    agent: AgentConfig
-    world: WorldConfig
-    train: TrainConfig
-    sft: SFTConfig
-    plan: PlanConfig

@@ -12,17 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
-
-from trainer.config import FullConfig
+from typing import Any
 
 POLICY_MARK = "hexsearch_export.json"
 
 
-C = TypeVar("C", bound=FullConfig)
-
-
-def resolve_init_from(cfg: C) -> C:
+def resolve_init_from(cfg: Any) -> Any:
     """`cfg` with `engine.model` set to the exported policy of `train.init_from` (unchanged when empty). Raises
     ValueError in one line when the folder is not a run with a valid checkpoint."""
     src = cfg.train.init_from

@@ -20,14 +20,13 @@ import os
 import socket
 from typing import Any
 
-from trainer.config import FullConfig
 from trainer.packing import Sample
 
 
 class LearnerWorker:
     """Ray actor body: one data-parallel rank."""
 
-    def __init__(self, cfg: FullConfig, rank: int, world_size: int, threads: int):
+    def __init__(self, cfg: Any, rank: int, world_size: int, threads: int):
         import torch
 
         torch.set_num_threads(max(1, threads))
@@ -161,7 +160,7 @@ class LearnerLost(RuntimeError):
 class LearnerGroup:
     """The learner ranks as one object the training loop calls."""
 
-    def __init__(self, cfg: FullConfig, placement: dict[str, Any], threads: int, timeout_s: float = 3600.0,
+    def __init__(self, cfg: Any, placement: dict[str, Any], threads: int, timeout_s: float = 3600.0,
                  wait: bool = True):
         """Create the ranks and have each build its learner; with `wait=False` the caller waits on
         `self.loading` (with other actors' loading, say) before the first call."""

@@ -23,14 +23,11 @@ import os
 import secrets
 from typing import Any
 
-from serving.config import EngineConfig
-from trainer.config import FullConfig
-
 
 class ServerActor:
     """Ray actor body: one inference server process on this actor's node and GPUs."""
 
-    def __init__(self, engine_cfg: EngineConfig, name: str, run_path: str, local: bool, lora_rank: int = 0,
+    def __init__(self, engine_cfg: Any, name: str, run_path: str, local: bool, lora_rank: int = 0,
                  transfer: str = "disk", token: str | None = None):
         import ray
 
@@ -109,7 +106,7 @@ class ManagedServers:
         self._task: asyncio.Task | None = None
 
     @classmethod
-    def start(cls, cfg: FullConfig, run_path: str) -> ManagedServers:
+    def start(cls, cfg: Any, run_path: str) -> ManagedServers:
         import ray
 
         t, backend = cfg.train, cfg.engine.backend

@@ -20,7 +20,6 @@ from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import eval_figures
 from trainer.buffer import GroupBuffer
-from trainer.config import FullConfig
 from trainer.controller import RolloutController
 from trainer.data import QuestionStream
 from trainer.metrics import MetricsLogger, truncate_after
@@ -39,7 +38,7 @@ class LoopState:
     elapsed_s: float = 0.0
 
 
-def load_questions(cfg: FullConfig) -> tuple[list[Any], list[Any]]:
+def load_questions(cfg: Any) -> tuple[list[Any], list[Any]]:
     """(train items, dev items): the given files, else the configured world's splits."""
     from agent.qa import load_qa
 
@@ -83,7 +82,7 @@ def spread_over_buckets(items: list[Any], n: int, weights: dict[str, int] | None
 
 
 class Runtime:
-    def __init__(self, cfg: FullConfig, run: RunDir):
+    def __init__(self, cfg: Any, run: RunDir):
         self.cfg, self.run, self.train_cfg = cfg, run, cfg.train
         self.state = LoopState()
         self.servers: Any = None
@@ -91,7 +90,7 @@ class Runtime:
         self.last_gen: tuple[int, float] = (0, time.perf_counter())
 
     @classmethod
-    def create(cls, cfg: FullConfig, run: RunDir) -> Runtime:
+    def create(cls, cfg: Any, run: RunDir) -> Runtime:
         rt = cls(cfg, run)
         rt._build()
         return rt

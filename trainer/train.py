@@ -32,7 +32,6 @@ from core.progress import progress
 from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import build_samples, rollout_metrics
-from trainer.config import FullConfig
 from trainer.learner_group import LearnerLost
 from trainer.metrics import plot_reward_curve, plot_search_curve
 from trainer.runtime import Runtime
@@ -40,7 +39,7 @@ from trainer.runtime import Runtime
 log = get_logger(__name__)
 
 
-def train(cfg: FullConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
+def train(cfg: Any, run: RunDir, resume: bool = False) -> dict[str, Any]:
     """Train (or continue the run in `run` when `resume`); returns the summary written to results.json."""
     from trainer.init_from import resolve_init_from
 

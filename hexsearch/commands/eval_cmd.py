@@ -7,8 +7,8 @@
     hexsearch eval compare runs/eval-a runs/eval-b
 
 A run plays every question n times through the workflow training uses (`train.workflow`), scores
-each sample (eval/runner.py), and writes `results.jsonl`, `report.json`, `report.md` and
-`accuracy.png` into its run folder (eval/report.py). It ends with one line
+each sample and writes `results.jsonl`, `report.json`, `report.md` and `accuracy.png` into its run
+folder: eval/evaluate.py does the work, this file parses options and prints. It ends with one line
 `RESULT eval suite=<s> questions=<q> avg@n=<x> pass@k=<y> ...`.
 """
 
@@ -53,74 +53,17 @@ def _overrides(suite: str | None, data: str | None, n: int | None, k: str | None
     return out
 
 
-def load_data(cfg: Any):
-    """The suite's items (eval/loaders.py), one-line errors for a missing or malformed file."""
-    from agent.qa import DataError
-    from eval.loaders import load_suite
-
-    try:
-        return load_suite(cfg.eval.suite, cfg.eval.data or None, limit=cfg.eval.limit or None,
-                          world_config=cfg.world)
-    except (DataError, FileNotFoundError, ValueError) as e:
-        raise UserError(f"eval: {e}") from None
-
-
 def result_line(report: dict[str, Any]) -> str:
     o = report["overall"]
     figures = " ".join(f"{k}={o[k]:.3f}" for k in o if "@" in k)
     return f"RESULT eval suite={report['suite']} questions={o.get('questions', 0)} {figures}".rstrip()
 
 
-async def _evaluate(cfg: Any, run: Any) -> dict[str, Any]:
-    from agent.workflow import make_workflow
-    from core.progress import progress
-    from eval.report import write_report
-    from eval.runner import (
-        build_eval_judge,
-        eval_temperature,
-        eval_workflow_config,
-        judge_prompt_name,
-        primary_for,
-        run_samples,
-    )
-    from serving.factory import build_engine
-    from world import with_world_index
-
-    cfg, world = with_world_index(cfg)  # the world's index when the local search has none (as training)
-    data = load_data(cfg)
-    for k in cfg.eval.k:
-        if not 1 <= k <= cfg.eval.n:
-            raise UserError(f"eval.k: {k} is not between 1 and eval.n={cfg.eval.n} (Pass@k needs n >= k samples)")
-    run_cfg = eval_workflow_config(cfg, run)
-    plaintext = cfg.eval.write_plaintext or not data.encrypted
-    engine = build_engine(cfg.engine)
-    workflow = make_workflow(run_cfg, world_dir=world)
-    judge = build_eval_judge(cfg, engine, keep_raw=plaintext)
-    try:
-        with progress(f"eval {cfg.eval.suite}", total=len(data.items) * cfg.eval.n) as bar:
-            rows = await run_samples(run_cfg, run, data.items, engine=engine, workflow=workflow, judge=judge,
-                                     on_sample=lambda: bar.advance(1),
-                                     plaintext=plaintext)
-    finally:
-        await workflow.aclose()
-        for obj in (judge, engine):
-            close = getattr(obj, "aclose", None)
-            if close is not None:
-                await close()
-    judge_info = judge.describe() if judge is not None else {}
-    info = {"model": cfg.engine.model, "backend": cfg.engine.backend, "data": cfg.eval.data, "n": cfg.eval.n,
-            "temperature": eval_temperature(cfg), "primary": primary_for(cfg), "source": data.source,
-            "judge_prompt": judge_prompt_name(cfg) and f"{judge_prompt_name(cfg)} ({judge_info.get('prompt_version')})",
-            "judge_model": judge_info.get("model"), "skipped": len(data.skipped), "workflow": cfg.train.workflow}
-    if data.skipped:
-        run.write_json(run.path / "skipped.json", data.skipped)
-    return write_report(run.path, rows, suite=cfg.eval.suite, ks=list(cfg.eval.k), info=info)
-
-
 @eval_app.command("run", help="Evaluate an agent on a suite; also what `hexsearch eval [CONFIG] [--suite ...]` runs.")
 def run_eval(
     config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
-    suite: str = typer.Option(None, "--suite", help="world, localqa, gaia, xbench, browsecomp or frames."),
+    suite: str = typer.Option(None, "--suite", help="A suite name (`hexsearch config keys eval.suite` lists them) "
+                              "or pkg.mod:attr naming an eval.suites.Suite."),
     data: str = typer.Option(None, "--data", help="The suite's data file."),
     n: int = typer.Option(None, "--n", help="Samples per question (drawn in one pass)."),
     k: str = typer.Option(None, "--k", help="Comma-separated k for Pass@k, e.g. 1,4 (each <= n)."),
@@ -129,6 +72,7 @@ def run_eval(
 ) -> None:
     from core.log import setup_logging
     from core.rundir import RunDir
+    from eval.evaluate import evaluate
 
     flags = _overrides(suite, data, n, k, limit)
     if resume:
@@ -143,7 +87,7 @@ def run_eval(
     setup_logging(cfg.run.log_level, run.log)
     typer.echo(f"run folder: {run.path}", err=True)
     try:
-        report = asyncio.run(_evaluate(cfg, run))
+        report = asyncio.run(evaluate(cfg, run))
     except (ValueError, FileNotFoundError) as e:
         raise UserError(f"eval: {e}") from None
     typer.echo((run.path / "report.md").read_text())
@@ -153,15 +97,20 @@ def run_eval(
 @eval_app.command("score", help="Score a predictions JSONL ({id, question, answer, prediction} per line) with "
                                 "the suite's rules (and its judge when one is configured).")
 def score(
-    suite: str = typer.Option(..., "--suite", help="Whose rules: world, localqa, gaia, xbench, browsecomp, frames."),
+    suite: str = typer.Option(..., "--suite", help="Whose rules: a suite name or pkg.mod:attr."),
     predictions: str = typer.Option(..., "--predictions", help="JSONL with id, question, answer, prediction."),
     out: str = typer.Option(..., "--out", help="Output JSONL: the same lines, in order, with `score` added."),
     config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG,
     judge: str = typer.Option("none", "--judge", help="auto (the suite's judge), none, or a judge prompt name."),
 ) -> None:
+    from eval.evaluate import score_rows
+
     cfg = config_from_cli(config, [*(overrides or []), f"eval.suite={suite}", f"eval.judge={judge}"])
     rows = _read_predictions(Path(predictions))
-    scored = asyncio.run(_score_rows(cfg, rows))
+    try:
+        scored = asyncio.run(score_rows(cfg, rows))
+    except (ValueError, FileNotFoundError) as e:
+        raise UserError(f"eval score: {e}") from None
     with open(out, "w", encoding="utf-8") as f:
         for row in scored:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -186,28 +135,6 @@ def _read_predictions(path: Path) -> list[dict[str, Any]]:
             raise UserError(f"{path}:{i}: needs keys id, question, answer, prediction (missing: {', '.join(missing)})")
         rows.append(row)
     return rows
-
-
-async def _score_rows(cfg: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from eval.runner import build_eval_judge, primary_for, score_sample, scorers_for
-
-    judge = build_eval_judge(cfg)
-    try:
-        out = []
-        for row in rows:
-            golds = row["answer"] if isinstance(row["answer"], list) else [str(row["answer"])]
-            pred = row["prediction"] if row["prediction"] is None else str(row["prediction"])
-            scored = await score_sample(pred, golds, str(row.get("question", "")), scorers=scorers_for(cfg),
-                                        judge=judge, primary=primary_for(cfg))
-            primary = primary_for(cfg)
-            value = float(scored["correct"]) if primary == "judge" else scored["scores"][primary]
-            out.append({**row, "score": value, "scores": scored["scores"], "correct": scored["correct"],
-                        **({"judge": scored["judge"]} if scored["judge"] else {})})
-        return out
-    finally:
-        close = getattr(judge, "aclose", None)
-        if close is not None:
-            await close()
 
 
 @eval_app.command("compare", help="Compare two evaluation runs: accuracy difference with a bootstrap 95% "
