@@ -12,7 +12,7 @@ Two transports carry the same messages (system + user for the built-in prompt) a
 - an **InferenceEngine** (embedded, our server, vLLM, SGLang, a Ray EngineProxy, ScriptedEngine): the
   chat template is applied with the engine's tokenizer and token ids go through `generate_continuing`,
   so a judge sharing an engine with training survives weight-update aborts;
-- an **OpenAIChatClient** (serving.openai_chat): messages in, text out, any hosted API or server.
+- an **OpenAIChatClient** (serving.servers.openai_chat): messages in, text out, any hosted API or server.
 
 `build_judge(JudgeConfig, engine=None, prompt=None)` picks one: an engine handed in (training starts one judge actor
 and every rollout worker wraps it) wins; else backend `openai` builds a client of `urls[0]`; else the
@@ -27,23 +27,29 @@ often repeats an answer) share one LLM call. `stats()` gives counters for metric
 The prompt is pluggable: any object with `name`, `version`, `render(question, golds, prediction) -> messages`
 and `parse(text) -> bool | None` (the `JudgePromptLike` protocol; eval/judges.py holds the benchmarks'
 published judge prompts) replaces the built-in one above. Its `version` enters the cache key, so verdicts
-of different prompts never mix; `describe()` records its name, version and text.
+of different prompts never mix; `describe()` records its name, version and text. The built-in prompt and
+its parser, the protocol, the Verdict record and the cache are in agent/verdicts.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import re
-import sqlite3
-import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, get_args
+from typing import Any, get_args
 
-from agent.config import JudgeBackend
+from agent.config import JudgeBackend, JudgeConfig
+from agent.verdicts import (
+    JUDGE_PROMPT,
+    JUDGE_PROMPT_VERSION,
+    JUDGE_SYSTEM,
+    RAW_WITHHELD,
+    JudgePromptLike,
+    Verdict,
+    VerdictCache,
+    parse_verdict,
+)
 from core.choices import check_choices
 from core.log import get_logger, redact
 from serving.factory import chat_prompt_ids, is_chat_client
@@ -52,128 +58,11 @@ from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, g
 log = get_logger(__name__)
 
 JUDGE_BACKENDS: tuple[str, ...] = get_args(JudgeBackend)
-JUDGE_PROMPT_VERSION = "v1"
-JUDGE_SYSTEM = "You grade answers to questions. You are strict about facts and lenient about wording."
-JUDGE_PROMPT = """\
-Question: {question}
-Gold answer(s): {gold}
-Predicted answer: {prediction}
-
-Does the predicted answer mean the same as one of the gold answers? Differences in wording, \
-capitalisation, articles, abbreviations and number formatting do not matter; a different entity, \
-date or number, a hedge between several candidates, or a missing answer is incorrect.
-Explain briefly, then finish with exactly one line: VERDICT: CORRECT or VERDICT: INCORRECT"""
-
-
-class JudgePromptLike(Protocol):
-    """What LLMJudge needs of a judge prompt (eval.judges.JudgePrompt implements it; agent/ never imports eval/).
-
-    `version` must change whenever the rendered text or the parsing changes: it is part of the cache key.
-    Optional attributes `system` and `template` are recorded by `describe()`."""
-
-    name: str
-    version: str
-
-    def render(self, question: str, golds: list[str], prediction: str) -> list[dict[str, str]]:
-        """The chat messages of one judgement."""
-        ...
-
-    def parse(self, text: str) -> bool | None:
-        """The verdict in the judge's output: True/False, or None when it cannot be read (never guessed)."""
-        ...
-
-
-RAW_WITHHELD = "(withheld: the judge's output can quote the gold answer of an encrypted suite)"
-"""What `Verdict.raw` holds, in memory and in the cache, when the judge keeps no raw output."""
-
-_VERDICT_LINE = re.compile(r"verdict\W*(correct|incorrect)\b", re.IGNORECASE)
-_JSON_OBJ = re.compile(r"\{[^{}]*\}")
-
-
-@dataclass
-class Verdict:
-    """One judgement."""
-
-    correct: bool | None
-    """True/False, or None when no attempt produced a parseable verdict."""
-    raw: str
-    """The judge's last output (`RAW_WITHHELD` from a judge built with `keep_raw=False`)."""
-    cached: bool = False
-    attempts: int = 1
-
-
-def parse_verdict(text: str) -> bool | None:
-    """CORRECT -> True, INCORRECT -> False, anything else -> None (the last verdict line wins)."""
-    for line in reversed(text.splitlines()):
-        found = {v.lower() for v in _VERDICT_LINE.findall(line)}
-        if found:
-            return None if len(found) > 1 else found == {"correct"}
-    for m in reversed(_JSON_OBJ.findall(text)):
-        try:
-            obj = json.loads(m)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            v = str(obj.get("verdict", obj.get("judgement", obj.get("judgment", "")))).strip().lower()
-            if v in ("correct", "incorrect"):
-                return v == "correct"
-    return None
-
-
-class VerdictCache:
-    """SQLite table key -> verdict JSON (thread-safe; one connection per cache; several processes may share
-    the file: writers wait for each other, and a cache that stays locked costs a miss, never an episode)."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
-        self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._db.commit()
-        self.hits = 0
-        self.misses = 0
-
-    @staticmethod
-    def key(model: str, question: str, golds: list[str], prediction: str,
-            prompt_version: str = JUDGE_PROMPT_VERSION) -> str:
-        """Hash of (prompt version, judge model, question, sorted golds, prediction)."""
-        blob = json.dumps([prompt_version, model, question, sorted(golds), prediction], ensure_ascii=False)
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    def get(self, key: str) -> Verdict | None:
-        """The cached verdict (marked `cached=True`), or None."""
-        try:
-            with self._lock:
-                row = self._db.execute("SELECT value FROM verdicts WHERE key = ?", (key,)).fetchone()
-        except sqlite3.OperationalError as e:
-            log.warning("judge cache %s unreadable (%s); treating as a miss", self.path, e)
-            row = None
-        if row is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        return Verdict(**{**json.loads(row[0]), "cached": True})
-
-    def put(self, key: str, verdict: Verdict) -> None:
-        """Store a verdict (a locked database is logged and skipped)."""
-        try:
-            with self._lock:
-                self._db.execute("INSERT OR REPLACE INTO verdicts VALUES (?, ?)",
-                                 (key, json.dumps(asdict(replace(verdict, cached=False)))))
-                self._db.commit()
-        except sqlite3.OperationalError as e:
-            log.warning("judge cache %s not written (%s)", self.path, e)
-
-    def close(self) -> None:
-        """Close the database connection."""
-        with self._lock:
-            self._db.close()
 
 
 def _transport_urls(transport: Any) -> list[str]:
     """Server URLs a transport talks to, without credentials (best effort, for `describe`)."""
-    from serving.openai_chat import public_url
+    from serving.servers.openai_chat import public_url
 
     url = getattr(transport, "base_url", None) or getattr(transport, "url", None)
     if isinstance(url, str):
@@ -393,10 +282,10 @@ def _description(*, backend: str, model: str, urls: list[str], max_new_tokens: i
     return info
 
 
-def describe_judge(cfg: Any, prompt: JudgePromptLike | None = None) -> dict[str, Any]:
+def describe_judge(cfg: JudgeConfig, prompt: JudgePromptLike | None = None) -> dict[str, Any]:
     """`LLMJudge.describe()` of the judge `build_judge(cfg, prompt=prompt)` would build, without building it (no
     model is loaded, no connection made, no key read): what the training driver writes as `<run>/judge.json`."""
-    from serving.openai_chat import api_base, public_url
+    from serving.servers.openai_chat import api_base, public_url
 
     urls = [public_url(api_base(cfg.urls[0]))] if cfg.backend == "openai" and cfg.urls else \
         [public_url(u) for u in cfg.urls]
@@ -407,7 +296,7 @@ def describe_judge(cfg: Any, prompt: JudgePromptLike | None = None) -> dict[str,
                         api_key_env=(cfg.api_key_env or "") if cfg.backend == "openai" else None, prompt=prompt)
 
 
-def build_judge(cfg: Any, engine: InferenceEngine | None = None, prompt: JudgePromptLike | None = None,
+def build_judge(cfg: JudgeConfig, engine: InferenceEngine | None = None, prompt: JudgePromptLike | None = None,
                 keep_raw: bool = True) -> LLMJudge:
     """The judge a JudgeConfig describes (see module docstring); `engine` overrides the configured transport,
     `prompt` (a JudgePromptLike, e.g. one of eval.judges.JUDGE_PROMPTS) the built-in prompt; `keep_raw=False`
@@ -421,7 +310,7 @@ def build_judge(cfg: Any, engine: InferenceEngine | None = None, prompt: JudgePr
         return LLMJudge(engine, cfg.model, **common, backend=cfg.backend, owns_transport=False)
     check_choices(cfg, "agent.judge")
     from serving.factory import build_llm
-    from serving.openai_chat import public_url
+    from serving.servers.openai_chat import public_url
 
     built = build_llm(cfg.backend, cfg.model, list(cfg.urls), api_key_env=cfg.api_key_env, timeout_s=cfg.timeout_s,
                       what="agent.judge")

@@ -5,7 +5,7 @@
     ... the program calls endpoint.base_url with api_key=key ...
     endpoint.close(key)                 # the key stops working; calls still running are cancelled
 
-Routes (OpenAI's shapes, request and response bodies as serving/engine_api.py defines them for our engine
+Routes (OpenAI's shapes, request and response bodies as serving/servers/engine_api.py defines them for our engine
 server): POST /v1/chat/completions (`tools`, `tool_choice`, Hermes tool-call parsing, `n=1`), POST
 /v1/completions (a text or token-id prompt), GET /v1/models. Every generation goes to the episode's engine
 through `serving.protocol.generate_continuing`: a call cut by a weight update continues under the new
@@ -40,7 +40,8 @@ from agent.openai_calls import (
     parse_tool_calls,
     tool_choice_prefill,
 )
-from serving.engine_api import (
+from serving.protocol import GenerateRequest, SamplingParams, generate_continuing
+from serving.servers.engine_api import (
     BadRequest,
     ChatBody,
     CompletionBody,
@@ -50,8 +51,7 @@ from serving.engine_api import (
     output_text,
     usage,
 )
-from serving.http_guard import BodyLimit, LocalGuard
-from serving.protocol import GenerateRequest, SamplingParams, generate_continuing
+from serving.servers.http_guard import BodyLimit, LocalGuard
 
 MAX_BODY_BYTES = 16 << 20
 """Largest request body (a long agent history is well under a megabyte)."""
@@ -91,7 +91,7 @@ class RecordingEndpoint:
             return
         import uvicorn
 
-        from serving.retrieval_server import listen_socket
+        from serving.servers.retrieval_server import listen_socket
 
         sock = listen_socket("127.0.0.1", 0)
         self.port = sock.getsockname()[1]

@@ -27,6 +27,7 @@ import zlib
 from dataclasses import replace
 from typing import Any
 
+from agent.config import WorkflowConfig
 from agent.judge import build_judge
 from agent.loop import Agent, EventFn
 from agent.rewards import resolve_reward
@@ -37,7 +38,7 @@ from core.registry import ComponentError, Registry
 class Workflow:
     """Base class of episode workflows (see the module docstring)."""
 
-    def __init__(self, cfg: Any, **shared: Any):
+    def __init__(self, cfg: WorkflowConfig, **shared: Any):
         self.cfg = cfg
         self.shared = shared
 
@@ -62,11 +63,11 @@ class Workflow:
         """Release tools, servers and clients."""
 
 
-WORKFLOWS = Registry("workflow", "train.workflow")
+WORKFLOWS = Registry("workflow", "train.workflow", builtins=("agent.openai_agent",))  # registers `openai_agent`
 """Workflows by name; `train.workflow` also takes an import path `package.module:Class`."""
 
 
-def make_workflow(cfg: Any, **shared: Any) -> Workflow:
+def make_workflow(cfg: WorkflowConfig, **shared: Any) -> Workflow:
     """The workflow `cfg.train.workflow` names, built with `cls(cfg, **shared)`; `agent.program` or
     `agent.command` (bring your own agent) turn the default `search_agent` into `openai_agent`."""
     name = cfg.train.workflow
@@ -88,7 +89,8 @@ class SearchAgentWorkflow(Workflow):
     first episode, unless given; so is the judge for `reward_fn=judge` (`agent.judge`, over
     `shared["judge_engine"]` when the caller offers one, e.g. the training run's judge actor)."""
 
-    def __init__(self, cfg: Any, *, tools: dict[str, Any] | None = None, judge: Any = None, **shared: Any):
+    def __init__(self, cfg: WorkflowConfig, *, tools: dict[str, Any] | None = None, judge: Any = None,
+                 **shared: Any):
         super().__init__(cfg, **shared)
         self.tools = tools
         self.judge = judge
@@ -166,6 +168,3 @@ class SearchAgentWorkflow(Workflow):
         for obj in reversed(self._owned):
             await obj.aclose()
         self._owned.clear()
-
-
-import agent.openai_agent  # noqa: E402,F401  registers `openai_agent` (it subclasses Workflow, defined above)

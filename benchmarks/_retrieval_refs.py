@@ -37,7 +37,7 @@ def search_r1_app(index_dir: str, threads: int, dtype: str = "float32"):
     one batch search per request (encode the request's queries, search, fetch), a dict response."""
     from fastapi import FastAPI
 
-    from serving.retrieval_server import QueryRequest  # the same request schema (Search-R1's)
+    from serving.servers.retrieval_server import QueryRequest  # the same request schema (Search-R1's)
 
     encoder, index, docs = _load(index_dir, threads, dtype)
 
@@ -66,7 +66,7 @@ def asearcher_app(index_dir: str, threads: int, dtype: str = "float32"):
     """ASearcher's local retrieval server design: an `async def` handler under a global lock."""
     from fastapi import FastAPI
 
-    from serving.retrieval_server import QueryRequest
+    from serving.servers.retrieval_server import QueryRequest
 
     encoder, index, docs = _load(index_dir, threads, dtype)
     lock = threading.Lock()

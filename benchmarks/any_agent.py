@@ -2,7 +2,7 @@
 
     python benchmarks/any_agent.py [--episodes 64 --turns 3 --new-tokens 16 --model tiny-random]
 
-Two arms on one embedded engine (serving.embedded.EmbeddedEngine, in this process), run one after the
+Two arms on one embedded engine (serving.engines.embedded.EmbeddedEngine, in this process), run one after the
 other, twice each (after a warm-up endpoint run that records the prompts; alternating order; the figure is the median):
 
     endpoint  --episodes concurrent episodes of `train.workflow=openai_agent`: a chat program (plain httpx; one
@@ -107,7 +107,7 @@ async def direct_arm(engine, recorded: dict) -> tuple[list[float], list[float]]:
 
 
 async def main() -> None:
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
 
     engine = EmbeddedEngine(ARGS["model"], dtype="float32", device="cpu", max_batch_size=ARGS["episodes"])
     items = [QAItem(f"q{k}", f"Question {k}: in what year was Varnholt founded?", ["1642"])

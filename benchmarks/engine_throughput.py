@@ -4,9 +4,9 @@ Model `smollm2-135m-instruct` in each engine's automatic dtype (fp32 on AVX2-onl
 CPU has AVX512_BF16/AMX). Both engines keep their prefix caching on: the embedded engine's prefix cache
 (`prefix_cache_gb=1`, sticky request ids plus longest-shared-prefix copy) and vLLM's automatic prefix
 caching, passed explicitly (`--enable-prefix-caching`). vLLM runs as `python -m
-vllm.entrypoints.openai.api_server` (serving.launch.start_vllm_server, compiled unless --vllm-eager,
-both cores bound) behind serving.remote_vllm.VLLMEngine, the HTTP client included, as users run it; the
-embedded engine runs in-process (serving.embedded.EmbeddedEngine, a fresh one per round). The vLLM
+vllm.entrypoints.openai.api_server` (serving.launch.servers.start_vllm_server, compiled unless --vllm-eager,
+both cores bound) behind serving.remote.vllm.VLLMEngine, the HTTP client included, as users run it; the
+embedded engine runs in-process (serving.engines.embedded.EmbeddedEngine, a fresh one per round). The vLLM
 server starts once and serves every round. The engines never run at the same time.
 
 1. Fixed work (no reuse possible). Every setting of every round gets its own prompts (a seed per
@@ -212,7 +212,7 @@ async def concurrent_and_agent(side: Side, tokenizer, args, fixed_seed: int, age
 
 
 async def embedded_round(tokenizer, args, rnd: int) -> dict:
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
 
     engine = EmbeddedEngine(MODEL, dtype="auto", max_batch_size=max(args.requests, args.episodes),
                             max_model_len=2048, prefix_cache_gb=1.0, threads=args.threads)
@@ -230,7 +230,7 @@ async def embedded_round(tokenizer, args, rnd: int) -> dict:
 
 
 async def vllm_round(tokenizer, args, rnd: int, url: str) -> dict:
-    from serving.remote_vllm import VLLMEngine
+    from serving.remote.vllm import VLLMEngine
 
     engine = VLLMEngine(url, MODEL, backend="vllm", request_timeout_s=1800)
     side = Side("vllm", engine, url)
@@ -271,7 +271,7 @@ def main() -> None:
     tokenizer = load_tokenizer(MODEL)
     server, startup = None, None
     if not args.skip_vllm:
-        from serving.launch import start_vllm_server
+        from serving.launch.servers import start_vllm_server
 
         t = time.perf_counter()
         server = start_vllm_server(MODEL, max_model_len=2048, kv_cache_gb=2, enforce_eager=args.vllm_eager,

@@ -5,7 +5,7 @@ Every server loads the same index folder (a FAISS flat index over a generated wo
 the same document store, and uses as many torch/FAISS threads in all as ours (one per core); each runs in
 its own process while the others are down. The reference servers are in benchmarks/_retrieval_refs.py.
 
-- `ours`: serving/retrieval_server.py as `hexsearch serve retrieval` runs it: worker processes (one
+- `ours`: serving/servers/retrieval_server.py as `hexsearch serve retrieval` runs it: worker processes (one
   per core, single-threaded), cross-request batching (max_batch 64, max_wait 2 ms).
 - `search-r1`: Search-R1's `retrieval_server.py` design: a plain `def` FastAPI endpoint, so Starlette
   runs each request on its anyio thread pool (40 threads), which encodes that request's queries as one
@@ -83,7 +83,7 @@ def cores() -> int:
 
 
 def serve(name: str, index_dir: str, addr_file: str, max_wait_ms: float, dtype: str) -> None:
-    from serving.retrieval_server import ServerThread, create_app
+    from serving.servers.retrieval_server import ServerThread, create_app
 
     if name == "search-r1":
         app = search_r1_app(index_dir, cores(), dtype)

@@ -4,7 +4,7 @@
 #      checkpoint resumed on 1 and 2 ranks (tests/test_learner_strategies.py on cuda; needs 2 GPUs)
 #   2. a few steps of the quickstart with a managed vLLM engine (started by `hexsearch train` as a Ray actor)
 #      and the FSDP2 learner (2 ranks with 3+ GPUs, else 1 rank sharing the GPU with vLLM)
-#   3. weight pushes without a checkpoint (serving/weight_transfer.py), 3 steps each: LoRA adapters to the
+#   3. weight pushes without a checkpoint (serving/remote/weight_transfer.py), 3 steps each: LoRA adapters to the
 #      managed vLLM server (train.weight_transfer=adapter); with 2+ GPUs (NCCL refuses two ranks on one GPU)
 #      train.weight_transfer=nccl through vLLM's weight-transfer engine (needs vllm importable by $PY: the
 #      gpu extra) and through SGLang (when $HEXSEARCH_SGLANG_PYTHON names a Python with SGLang)

@@ -2,7 +2,7 @@
 
     engine = build_engine(cfg.engine)     # EngineConfig -> InferenceEngine
 
-`embedded` loads the model into this process (serving.embedded.EmbeddedEngine). The remote backends
+`embedded` loads the model into this process (serving.engines.embedded.EmbeddedEngine). The remote backends
 (`http` for our own server, `vllm`, `sglang`) are clients of servers named by `urls`.
 """
 
@@ -21,13 +21,13 @@ def build_engine(cfg: EngineConfig) -> InferenceEngine:
     """An engine for `cfg` (raises ValueError naming the key and the valid values for an unknown backend or dtype)."""
     check_choices(cfg, "engine")
     if cfg.backend == "embedded":
-        from serving.embedded import EmbeddedEngine
+        from serving.engines.embedded import EmbeddedEngine
 
         return EmbeddedEngine(
             cfg.model, dtype=cfg.dtype, device=cfg.device, max_batch_size=cfg.max_batch_size,
             max_model_len=cfg.max_model_len, prefill_chunk_tokens=cfg.prefill_chunk_tokens,
             kv_cache_gb=cfg.kv_cache_gb, prefix_cache_gb=cfg.prefix_cache_gb, threads=cfg.threads, seed=cfg.seed)
-    from serving.pool import build_remote
+    from serving.engines.pool import build_remote
 
     return build_remote(cfg.backend, list(cfg.urls), cfg.model, request_timeout_s=cfg.request_timeout_s)
 
@@ -38,7 +38,7 @@ def build_llm(backend: str, model: str, urls: list[str], *, api_key_env: str = "
     an OpenAIChatClient for `openai` (messages in, text out), else an InferenceEngine built by
     `build_engine`. `what` names the config section in errors, e.g. `agent.judge`."""
     if backend == "openai":
-        from serving.openai_chat import OpenAIChatClient
+        from serving.servers.openai_chat import OpenAIChatClient
 
         if not urls:
             raise ValueError(f"{what}.backend=openai needs {what}.urls: the API base of an OpenAI-compatible "

@@ -68,8 +68,17 @@ class Completion:
                 f"{len(self.versions)} versions")
 
 
+@dataclass(frozen=True)
+class Transferred:
+    """The weight source of an `nccl` sync: learner rank 0 already sent `version` to the servers, so an engine
+    client only labels it (vLLM: /update_weight_version and a prefix-cache reset; SGLang set it itself;
+    serving/remote/weight_transfer.py)."""
+
+    version: int
+
+
 WeightSource = Any
-"""A state dict (name -> tensor) for in-memory updates, or a path to an HF checkpoint folder."""
+"""A state dict (name -> tensor) for in-memory updates, a path to an HF checkpoint folder, or `Transferred`."""
 
 
 @runtime_checkable

@@ -16,7 +16,7 @@ from agent.trajectory import Trajectory
 from agent.workflow import SearchAgentWorkflow
 from hexsearch.commands.ask import TracePrinter, ask_episode
 from hexsearch.config import HexConfig
-from serving.scripted import ScriptedEngine
+from serving.engines.scripted import ScriptedEngine
 
 DOCS = [{"title": "Varnholt", "url": "https://hexwiki.test/wiki/Varnholt",
          "contents": "Varnholt is a city in the province of Qesmir. It was founded in 1642 by Dalia Orrent."}]

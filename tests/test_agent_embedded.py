@@ -27,7 +27,7 @@ def teacher_forced_logprobs(model, ids: list[int]) -> torch.Tensor:
 
 
 async def _check_episode(spec: str, cfg: AgentConfig, min_generated: int) -> None:
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
     from serving.models import load_model
 
     engine = EmbeddedEngine(spec, dtype="float32", device="cpu", max_batch_size=4)

@@ -12,7 +12,7 @@ from agent.localtools import MemoryPages, MemorySearch
 from agent.loop import AgentEvent, run_episode
 from agent.prompts import chat_markers
 from agent.qa import QAItem
-from serving.scripted import ScriptedEngine
+from serving.engines.scripted import ScriptedEngine
 
 
 def _call(name: str, **args) -> str:

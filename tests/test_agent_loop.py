@@ -15,7 +15,7 @@ from agent.localtools import MemoryPages, MemorySearch
 from agent.loop import AgentEvent, run_episode
 from agent.qa import QAItem
 from agent.trajectory import Trajectory
-from serving.scripted import ScriptedEngine, ScriptedOutput
+from serving.engines.scripted import ScriptedEngine, ScriptedOutput
 
 DOCS = [{"title": f"Entity {i}", "url": f"https://hexwiki.test/wiki/E{i}",
          "contents": f"Entity {i} is a town in the province of P{i % 7}. It was founded in {1500 + i}."} for i in range(40)]

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from serving.engines.scripted import ScriptedEngine, ScriptedOutput, synthetic_logprob
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, generate_continuing
-from serving.scripted import ScriptedEngine, ScriptedOutput, synthetic_logprob
 
 
 def req(ids=(1, 2, 3), rid="r", **sp) -> GenerateRequest:

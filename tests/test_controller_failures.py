@@ -6,7 +6,6 @@ objects with the rollout worker's `run_group.remote(...)` shape (the controller 
 from __future__ import annotations
 
 import asyncio
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +15,7 @@ from agent.trajectory import Segment, Trajectory
 from trainer.buffer import GroupBuffer
 from trainer.controller import INFRA_STOPS, RolloutController
 from trainer.data import QuestionStream
+from trainer.ledger import RolloutLedger
 from trainer.staleness import StalenessController
 
 
@@ -54,7 +54,7 @@ def _controller(tmp_path, broken, n_questions=6, **kw):
 
 
 def _ledger(tmp_path):
-    return [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    return RolloutLedger(tmp_path / "rollouts.jsonl").read()
 
 
 async def _consume(ctl, steps: int, batch: int = 2) -> list:
@@ -96,3 +96,15 @@ def test_every_group_failing_stops_the_run_with_the_error(tmp_path):
     ctl, _ = _controller(tmp_path, lambda q, run: "engine_abort", max_consecutive_failures=5)
     with pytest.raises(RuntimeError, match=r"5 rollout groups failed in a row .* ended in engine_abort"):
         asyncio.run(_consume(ctl, steps=1))
+
+
+def test_the_ledger_reads_around_a_torn_last_line_without_cutting_it(tmp_path):
+    ledger = RolloutLedger(tmp_path / "rollouts.jsonl")
+    assert ledger.read() == []
+    ledger.record("admit", key="q1", v=0)
+    ledger.record("accept", key="q1", rewards=[1.0, 0.0])
+    with ledger.path.open("a") as f:  # a writer killed mid-line (or still writing)
+        f.write('{"event": "adm')
+    assert [(e["event"], e["key"]) for e in ledger.read()] == [("admit", "q1"), ("accept", "q1")]
+    assert ledger.path.read_text().endswith('{"event": "adm')  # never truncated: a run may be writing it
+    RolloutLedger(None).record("admit", key="q2")  # no file: events are dropped

@@ -1,4 +1,4 @@
-"""The native CPU decode attention (serving/cpu_attention.py) against PyTorch's SDPA."""
+"""The native CPU decode attention (serving/engines/cpu_attention.py) against PyTorch's SDPA."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from serving import cpu_attention
+from serving.engines import cpu_attention
 
 
 @pytest.fixture()
@@ -80,7 +80,7 @@ def test_shapes_beyond_the_kernel_limits_stay_on_sdpa():
 
 
 def test_installed_model_matches_sdpa_and_only_decoding_calls_use_the_kernel(monkeypatch):
-    from serving.kv import SlotKVCache
+    from serving.engines.kv import SlotKVCache
     from serving.models import load_model
 
     model = load_model("tiny-random", dtype="float32")
@@ -131,7 +131,7 @@ def test_switched_off_or_unbuildable_kernel_falls_back_to_sdpa(fresh_state, monk
 
 
 async def test_engine_reports_the_decode_attention_in_use(tokenizer):
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
     from serving.protocol import GenerateRequest, SamplingParams
 
     engine = EmbeddedEngine("tiny-random", tokenizer, dtype="float32")

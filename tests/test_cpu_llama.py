@@ -1,4 +1,4 @@
-"""The fused CPU forward (serving/cpu_llama.py) against the transformers forward it replaces."""
+"""The fused CPU forward (serving/engines/cpu_llama.py) against the transformers forward it replaces."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from serving import cpu_attention
-from serving.embedded_batch import BatchRunner, fused_forward
-from serving.embedded_weights import LoraState, apply_update
+from serving.engines import cpu_attention
+from serving.engines.embedded_batch import BatchRunner, fused_forward
+from serving.engines.embedded_weights import LoraState, apply_update
 
 SMALL = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
@@ -149,10 +149,10 @@ def test_kernels_equal_the_transformers_modules(dtype):
 
 
 async def test_engine_reports_the_fused_forward(tokenizer):
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
 
     engine = EmbeddedEngine("tiny-random", tokenizer, dtype="float32")
     try:
-        assert (await engine.health())["forward"] == "fused (serving/cpu_llama.py)"
+        assert (await engine.health())["forward"] == "fused (serving/engines/cpu_llama.py)"
     finally:
         await engine.aclose()

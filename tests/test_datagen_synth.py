@@ -21,7 +21,7 @@ from datagen.llm import open_models
 from datagen.run import run_datagen
 from datagen.synth import Synthesiser
 from hexsearch.config import load_config
-from serving.scripted import ScriptedEngine
+from serving.engines.scripted import ScriptedEngine
 
 
 def _last(pattern: str, text: str) -> str:

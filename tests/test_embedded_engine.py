@@ -15,8 +15,8 @@ import engine_protocol_suite as suite
 import pytest
 import torch
 
-from serving.embedded import EmbeddedEngine
-from serving.embedded_weights import WeightUpdateError
+from serving.engines.embedded import EmbeddedEngine
+from serving.engines.embedded_weights import WeightUpdateError
 from serving.models import load_model, load_tokenizer
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams
 

@@ -56,7 +56,7 @@ def test_sampler_greedy_and_per_row_seeds():
 
 
 def test_slot_kv_cache_growth_moves_and_prefix_lru():
-    from serving.kv import PrefixCache, PrefixEntry, SlotKVCache
+    from serving.engines.kv import PrefixCache, PrefixEntry, SlotKVCache
 
     kv = SlotKVCache(n_layers=2, n_kv_heads=1, head_dim=4, dtype=torch.float32, length_multiple=8)
     kv.ensure(rows=3, length=5)

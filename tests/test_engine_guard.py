@@ -1,7 +1,7 @@
 """The engine server refuses what a web page (or a careless client) could make it do, over real loopback HTTP.
 
 A ScriptedEngine stands in for the model (these checks are about HTTP, not generation), served by uvicorn in a
-thread; `serving/http_guard.py` and `serving/engine_server.py` are what is under test. Also: the launchers
+thread; `serving/servers/http_guard.py` and `serving/servers/engine_server.py` are what is under test. Also: the launchers
 refuse to expose vLLM/SGLang beyond loopback unprotected (issue 29, items 1 and 2).
 """
 
@@ -16,12 +16,12 @@ import httpx
 import pytest
 from fixtures.uploads import oversized_upload
 
-from serving.engine_server import create_app
-from serving.pool import EnginePool
-from serving.remote import EngineRequestError
-from serving.remote_vllm import VLLMEngine
-from serving.retrieval_server import ServerThread
-from serving.scripted import ScriptedEngine
+from serving.engines.pool import EnginePool
+from serving.engines.scripted import ScriptedEngine
+from serving.remote.client import EngineRequestError
+from serving.remote.vllm import VLLMEngine
+from serving.servers.engine_server import create_app
+from serving.servers.retrieval_server import ServerThread
 
 TOKEN = "guard-test-token"
 
@@ -147,8 +147,8 @@ def test_an_oversized_body_gets_a_413_the_client_can_read(tokenizer):
 def test_vllm_and_sglang_are_not_exposed_unprotected(monkeypatch):
     """Beyond loopback: vLLM needs the authenticating-proxy statement (its --api-key leaves the development routes
     open), SGLang a token or that statement; refused before any setup or conversion."""
-    from serving import launch, vllm_setup
-    from serving.launch import AUTH_PROXY_ENV, ServerStartError, check_exposure
+    from serving.launch.servers import AUTH_PROXY_ENV, ServerStartError, check_exposure, vllm_setup
+    from serving.launch.servers import servers as launch
 
     monkeypatch.delenv(AUTH_PROXY_ENV, raising=False)
     monkeypatch.delenv("HEXSEARCH_ENGINE_TOKEN", raising=False)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from core.rundir import RunDir
-from serving.launch import start_engine_server
+from serving.launch.servers import start_engine_server
 from serving.models import load_model, load_tokenizer, resolve_model
 from serving.protocol import Completion, GenerateRequest
 
@@ -259,9 +259,9 @@ def test_cli_refuses_unknown_model_in_one_line():
 
 
 async def test_protocol_suite_through_the_remote_client(server, folders):
-    """The same checks through `serving.remote_vllm.VLLMEngine(backend="http")`, the client that also
+    """The same checks through `serving.remote.vllm.VLLMEngine(backend="http")`, the client that also
     drives vLLM: our server is shaped so that one client serves both."""
-    from serving.remote_vllm import VLLMEngine
+    from serving.remote.vllm import VLLMEngine
 
     engine = VLLMEngine(server.url, "tiny-random", backend="http", token=server.token)
     try:

@@ -114,7 +114,7 @@ async def test_web_suite_against_the_fixture_web(tmp_path, tokenizer, monkeypatc
     from agent.workflow import make_workflow
     from eval.runner import build_eval_judge, eval_workflow_config
     from hexsearch.config import load_config
-    from serving.scripted import ScriptedEngine
+    from serving.engines.scripted import ScriptedEngine
 
     monkeypatch.setenv("SERPER_API_KEY", SERPER_KEY)
     gaia = tmp_path / "gaia.json"

@@ -28,7 +28,7 @@ from eval.judges import (
 )
 from eval.scorers import SCORERS, gaia, get_scorer, score_all
 from eval.stats import avg_at_k, bootstrap_diff, majority_vote, max_at_k, mean_pass_at_k, pass_at_k
-from serving.scripted import ScriptedEngine
+from serving.engines.scripted import ScriptedEngine
 
 pytestmark = pytest.mark.timeout(120)
 Q, GOLD = "When was Varnholt founded?", ["1642"]

@@ -23,7 +23,7 @@ GOLDS = {"1": ("哪座湖边的城市建了第一座钟楼?", "苏黎世湖畔XK
 
 def _scripted_engine(tokenizer):
     """Policy turns answer "Wrong guess"; judge turns (the xBench judge prompt) quote the gold and say 错误."""
-    from serving.scripted import ScriptedEngine
+    from serving.engines.scripted import ScriptedEngine
 
     def respond(prompt_ids, request):
         prompt = tokenizer.decode(prompt_ids)

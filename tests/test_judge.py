@@ -17,8 +17,8 @@ import pytest
 
 from agent.config import JudgeConfig
 from agent.judge import JUDGE_PROMPT, LLMJudge, VerdictCache, build_judge, describe_judge, parse_verdict
-from serving.openai_chat import MissingAPIKey, OpenAIChatClient, OpenAIChatError, api_base
-from serving.scripted import ScriptedEngine, ScriptedOutput
+from serving.engines.scripted import ScriptedEngine, ScriptedOutput
+from serving.servers.openai_chat import MissingAPIKey, OpenAIChatClient, OpenAIChatError, api_base
 
 pytestmark = pytest.mark.timeout(120)
 KEY_ENV = "HEXSEARCH_TEST_JUDGE_CRED"  # a name core.log.redact does not know: the client must scrub it itself
@@ -246,10 +246,10 @@ async def test_openai_switches_to_max_completion_tokens(fake, monkeypatch):
 
 @pytest.fixture
 def engine_server(tokenizer):
-    """serving.engine_server over a ScriptedEngine (the judge model) on loopback, in a uvicorn thread."""
+    """serving.servers.engine_server over a ScriptedEngine (the judge model) on loopback, in a uvicorn thread."""
     import uvicorn
 
-    from serving.engine_server import create_app
+    from serving.servers.engine_server import create_app
 
     engine = ScriptedEngine(responder=lambda ids, req: "Same.\nVERDICT: CORRECT", tokenizer=tokenizer)
     server = uvicorn.Server(uvicorn.Config(create_app(engine, "tiny-random"), host="127.0.0.1", port=0,

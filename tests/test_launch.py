@@ -1,4 +1,4 @@
-"""`serving.launch`: a started server counts as stopped only once its whole process group is gone."""
+"""`serving.launch.servers`: a started server counts as stopped only once its whole process group is gone."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from serving.launch import free_port, start_server
+from serving.launch.servers import free_port, start_server
 
 # The leader answers /health and spawns a child that, like vLLM's engine core, takes a while to exit on
 # SIGTERM: a stop() that waited only for the leader would return while the child still runs.

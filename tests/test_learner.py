@@ -212,7 +212,7 @@ def test_samples_drawn_at_any_temperature_score_as_on_policy(tiny_model_spec):
     learner scores the same raw policy: fresh tokens drawn at T=0.3 get behaviour weight 1, not q_T/p."""
     import asyncio
 
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
     from serving.protocol import GenerateRequest, SamplingParams
 
     prompt = list(range(10, 30))

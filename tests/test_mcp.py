@@ -21,7 +21,7 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.loop import run_episode
-from serving.scripted import ScriptedEngine
+from serving.engines.scripted import ScriptedEngine
 from tools.config import MCPServerConfig
 from tools.mcp import MCPError, MCPTool, open_mcp_tools
 

@@ -15,7 +15,7 @@ from fixtures import byo_agents
 from agent.qa import QAItem
 from agent.workflow import make_workflow
 from hexsearch.config import ConfigError, HexConfig, load_config
-from serving.scripted import ScriptedEngine, ScriptedOutput
+from serving.engines.scripted import ScriptedEngine, ScriptedOutput
 from trainer.controller import INFRA_STOPS
 
 ITEM = QAItem("q1", "In what year was Varnholt founded?", ["1642"])
@@ -266,7 +266,7 @@ async def test_a_real_engine_serves_the_program_and_ask_runs_it(tiny_model_spec)
     """The embedded engine (the tiny model) behind the endpoint: its sampled ids, log-probs and versions are
     the trajectory's, and `hexsearch ask`'s episode runs the same program."""
     from hexsearch.commands.ask import TracePrinter, ask_episode
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
 
     engine = EmbeddedEngine(tiny_model_spec, dtype="float32", device="cpu", max_batch_size=4)
     calls = []

@@ -13,7 +13,7 @@ import pytest
 from agent.qa import QAItem
 from agent.workflow import make_workflow
 from hexsearch.config import HexConfig
-from serving.scripted import ScriptedEngine
+from serving.engines.scripted import ScriptedEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 CALL = '<tool_call>\n{"name": "search", "arguments": {"query": "Varnholt"}}\n</tool_call><|im_end|>'

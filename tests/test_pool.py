@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from serving.engines.pool import EnginePool, NoLiveServer
 from serving.factory import build_engine
-from serving.launch import free_port, start_engine_server
-from serving.pool import EnginePool, NoLiveServer
+from serving.launch.servers import free_port, start_engine_server
 from serving.protocol import GenerateRequest, SamplingParams, generate_continuing
-from serving.remote import GenerationLost
-from serving.remote_vllm import VLLMEngine
+from serving.remote.client import GenerationLost
+from serving.remote.vllm import VLLMEngine
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -1,4 +1,4 @@
-"""The remote client (`serving.remote_vllm.VLLMEngine`) against OUR engine server, a real subprocess.
+"""The remote client (`serving.remote.vllm.VLLMEngine`) against OUR engine server, a real subprocess.
 
 The same client class drives vLLM (tests/test_vllm_cpu.py); here it runs the shared protocol suite
 against `hexsearch serve engine` with `tiny-random`, plus what only a network client has to get
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from serving.protocol import GenerateRequest, SamplingParams
-from serving.remote import EngineRequestError, EngineUnavailable, GenerationLost
-from serving.remote_vllm import VLLMEngine
+from serving.remote.client import EngineRequestError, EngineUnavailable, GenerationLost
+from serving.remote.vllm import VLLMEngine
 
 pytestmark = pytest.mark.timeout(600)
 EXACT = {"temperature": 1.0, "seed": 1234}  # our server honours seeds: deterministic, non-degenerate
@@ -33,7 +33,7 @@ def checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from serving.launch import start_engine_server
+    from serving.launch.servers import start_engine_server
 
     srv = start_engine_server("tiny-random", dtype="float32", max_batch_size=16, max_model_len=2048,
                               extra_args=["--threads", "1"], run_dir=tmp_path_factory.mktemp("run"),
@@ -107,7 +107,7 @@ async def test_lost_reply_unreachable_server_and_bad_request_are_told_apart(serv
     with pytest.raises(EngineRequestError) as bad:
         await slow.generate(GenerateRequest([10**7], SamplingParams(max_new_tokens=2)))
     assert bad.value.status == 400 and not bad.value.retryable
-    from serving.launch import free_port
+    from serving.launch.servers import free_port
 
     gone = VLLMEngine(f"http://127.0.0.1:{free_port()}", "tiny-random", backend="http", connect_timeout_s=2)
     with pytest.raises(EngineUnavailable):

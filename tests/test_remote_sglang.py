@@ -1,4 +1,4 @@
-"""The SGLang client (`serving.remote_sglang.SGLangEngine`) against a loopback SGLang-compatible server.
+"""The SGLang client (`serving.remote.sglang.SGLangEngine`) against a loopback SGLang-compatible server.
 
 SGLang cannot run on this machine (it needs a GPU), so this is the one place in hexsearch where a stand-in
 server is used: `sglang_compatible_app` implements SGLang's documented native wire format (/generate with
@@ -21,8 +21,8 @@ from fastapi import FastAPI, Request  # module level: FastAPI resolves the strin
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from serving.protocol import GenerateRequest, SamplingParams
-from serving.remote import EngineRequestError
-from serving.remote_sglang import SGLangEngine
+from serving.remote.client import EngineRequestError
+from serving.remote.sglang import SGLangEngine
 
 pytestmark = pytest.mark.timeout(600)
 EXACT = {"temperature": 1.0, "seed": 1234}
@@ -107,7 +107,7 @@ def sglang_compatible_app(engine):
 def sglang_url():
     import uvicorn
 
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
 
     engine = EmbeddedEngine("tiny-random", dtype="float32", max_batch_size=8)
     server = uvicorn.Server(uvicorn.Config(sglang_compatible_app(engine), host="127.0.0.1", port=0,

@@ -2,7 +2,7 @@
 
 The command is run as a user would: it must set up (already done by `make setup`), launch, record the
 address in the run folder, serve requests, and on SIGTERM stop vLLM's whole process group.
-The default suite covers the same launch path through `serving.launch.start_vllm_server`
+The default suite covers the same launch path through `serving.launch.servers.start_vllm_server`
 (tests/test_vllm_cpu.py); the command's fast error path is checked here without the slow mark.
 """
 
@@ -19,7 +19,7 @@ import time
 import pytest
 
 from serving.protocol import GenerateRequest, SamplingParams
-from serving.remote_vllm import VLLMEngine
+from serving.remote.vllm import VLLMEngine
 
 
 def test_unservable_model_is_refused_in_one_line():

@@ -15,7 +15,7 @@ import pytest
 from fixtures.uploads import oversized_upload
 from fixtures.world import questions, world_index
 
-from serving.retrieval_server import ServerThread, create_app
+from serving.servers.retrieval_server import ServerThread, create_app
 from tools.batcher import RetrievalBatcher, bucket
 from tools.retriever import Retriever
 
@@ -265,7 +265,7 @@ def test_cli_serve_retrieval(world, tmp_path, qs):
 
 
 def test_oversized_requests_are_refused_quickly_while_small_ones_are_served(service):
-    from serving.retrieval_server import MAX_BODY_BYTES, MAX_QUERIES, MAX_QUERY_CHARS, MAX_RESULTS
+    from serving.servers.retrieval_server import MAX_BODY_BYTES, MAX_QUERIES, MAX_QUERY_CHARS, MAX_RESULTS
 
     too_many = post(service, "/retrieve", {"queries": ["q"] * (MAX_QUERIES + 1)})
     assert too_many.status_code == 422 and f"at most {MAX_QUERIES}" in too_many.text

@@ -15,7 +15,7 @@ from agent.rewards import (
     set_f1,
     sub_em,
 )
-from serving.scripted import ScriptedEngine
+from serving.engines.scripted import ScriptedEngine
 
 
 def test_squad_normalisation_rules():

@@ -48,7 +48,7 @@ def _policy_text(traj, tok) -> str:
 
 
 def test_oracle_is_token_exact_under_prefilled_tags_and_earns_reward_1():
-    from serving.oracle import chain_titles
+    from serving.engines.oracle import chain_titles
 
     items, kept, counts, tok = _collect(QUICK, 10)
     assert counts["sft/kept"] == len(kept) == 10
@@ -94,7 +94,7 @@ def test_rft_keeps_the_policys_own_episodes_that_reach_the_reward_bar():
 
 
 def test_oracle_follows_multi_hop_chains_through_read_turns():
-    from serving.oracle import chain_titles
+    from serving.engines.oracle import chain_titles
 
     items, kept, counts, tok = _collect(MULTIHOP, 16)
     by_id = {q.id: q for q in items}
@@ -158,7 +158,7 @@ def test_sft_run_lowers_the_loss_and_writes_a_run_folder(sft_run, capsys):
 
 def test_init_from_starts_learner_and_engine_from_the_sft_weights(sft_run, tmp_path):
     from hexsearch.commands.export import export_run
-    from serving.embedded import EmbeddedEngine
+    from serving.engines.embedded import EmbeddedEngine
     from trainer import checkpoint
     from trainer.export import read_trained_weights
     from trainer.init_from import resolve_init_from

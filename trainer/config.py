@@ -7,9 +7,18 @@ Units, used consistently everywhere: the staleness rule counts **groups** (one q
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.ranges import ranged
+
+if TYPE_CHECKING:
+    from agent.config import AgentConfig
+    from core.rundir import RunConfig
+    from serving.config import EngineConfig
+    from tools.config import ToolsConfig
+    from trainer.planner.config import PlanConfig
+    from trainer.sft_config import SFTConfig
+    from world.config import WorldConfig
 
 LrSchedule = Literal["constant", "cosine"]
 Advantage = Literal["grpo", "rloo", "drgrpo"]
@@ -176,7 +185,7 @@ class TrainConfig:
     """How vLLM/SGLang servers get each new version: `disk` (the learner saves the merged model, the servers reload
     it), `adapter` (LoRA runs on vLLM: only the adapter is saved and loaded) or `nccl` (learner rank 0 broadcasts
     the weights to the servers' GPUs: vLLM's weight-transfer engine, which must be importable in the learner's
-    process, or SGLang's distributed update; learners on GPUs; serving/weight_transfer.py).
+    process, or SGLang's distributed update; learners on GPUs; serving/remote/weight_transfer.py).
     Embedded engines always take the weights in memory."""
     weight_sync_timeout_s: float = ranged(600.0, gt=0)
     """Most seconds each weight-sync phase (pause, load, resume) may take on the engines; an engine that does
@@ -216,3 +225,17 @@ class TrainConfig:
     """W&B project name."""
     save_trajectories: bool = True
     """Append every consumed trajectory to `<run>/trajectories/train.jsonl`."""
+
+
+class FullConfig(Protocol):
+    """The whole config as the trainer reads it: hexsearch.config.HexConfig, whose package (the CLI) sits above
+    the trainer; it also serves where the trainer hands the config on (agent.config.WorkflowConfig)."""
+
+    run: RunConfig
+    engine: EngineConfig
+    tools: ToolsConfig
+    agent: AgentConfig
+    world: WorldConfig
+    train: TrainConfig
+    sft: SFTConfig
+    plan: PlanConfig

@@ -21,14 +21,13 @@ slot and its question is re-run. Every event is appended to `rollouts.jsonl` (th
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 import zlib
 from pathlib import Path
 from typing import Any
 
 from trainer.buffer import Group, GroupBuffer
 from trainer.data import QuestionStream
+from trainer.ledger import RolloutLedger
 from trainer.staleness import StalenessController
 
 LOST_ERRORS: tuple[type[BaseException], ...] = ()
@@ -49,11 +48,11 @@ def lost_errors() -> tuple[type[BaseException], ...]:
 class RolloutController:
     def __init__(self, *, stream: QuestionStream, workers: list[Any], staleness: StalenessController,
                  buffer: GroupBuffer, group_size: int, filter_groups: str = "drop", seed: int = 0,
-                 ledger: str | Path | None = None, max_worker_losses: int = 4, max_question_attempts: int = 3,
+                 ledger: RolloutLedger | str | Path | None = None, max_worker_losses: int = 4, max_question_attempts: int = 3,
                  max_consecutive_failures: int = 20):
         self.stream, self.workers, self.staleness, self.buffer = stream, workers, staleness, buffer
         self.group_size, self.filter_groups, self.seed = group_size, filter_groups, seed
-        self.ledger = Path(ledger) if ledger else None
+        self.ledger = ledger if isinstance(ledger, RolloutLedger) else RolloutLedger(ledger)
         self.in_flight: dict[str, tuple[int, asyncio.Task]] = {}
         self.load = [0] * len(workers)
         self.attempts: dict[str, int] = {}
@@ -129,7 +128,7 @@ class RolloutController:
         task.ray_ref = ref  # type: ignore[attr-defined]
         self.in_flight[key] = (w, task)
         self.load[w] += 1
-        self._log("admit", key=key, group_id=group_id, version=version, worker=w, **self._counts())
+        self.ledger.record("admit", key=key, group_id=group_id, version=version, worker=w, **self.counts())
 
     async def _await_group(self, key: str, question: Any, w: int, ref: Any, version: int) -> None:
         try:
@@ -142,7 +141,7 @@ class RolloutController:
             self.stats["lost"] += 1
             self.losses[w] += 1
             self.stream.requeue(key)
-            self._log("lost", key=key, error=type(e).__name__, **self._counts())
+            self.ledger.record("lost", key=key, error=type(e).__name__, **self.counts())
             return
         except Exception as e:  # the episode code itself failed: count it, do not retry forever
             self._finish(key, w)
@@ -162,13 +161,13 @@ class RolloutController:
         if self.filter_groups == "reject" and not group.has_signal:
             self.staleness.on_reject()
             self.stats["rejected"] += 1
-            self._log("reject", key=key, rewards=group.rewards, **self._counts())
+            self.ledger.record("reject", key=key, rewards=group.rewards, **self.counts())
             return
         self.staleness.on_accept()
         self.stats["accepted"] += 1
         self.buffer.put(group)
-        self._log("accept", key=key, seq=group.seq, min_version=group.min_version, rewards=group.rewards,
-                  **self._counts())
+        self.ledger.record("accept", key=key, seq=group.seq, min_version=group.min_version, rewards=group.rewards,
+                  **self.counts())
 
     def _failed(self, key: str, error: str, *, retry: bool) -> None:
         """A group that must not be trained on: re-queue its question while attempts remain (`retry`), else
@@ -180,10 +179,10 @@ class RolloutController:
         again = retry and attempts < self.max_question_attempts
         if again:
             self.stream.requeue(key)
-        self._log("failed", key=key, error=error, requeued=again, **self._counts())
+        self.ledger.record("failed", key=key, error=error, requeued=again, **self.counts())
         if retry and not again:
             self.stats["skipped"] += 1
-            self._log("skip", key=key, attempts=attempts, **self._counts())
+            self.ledger.record("skip", key=key, attempts=attempts, **self.counts())
         if self.failures_in_a_row >= self.max_consecutive_failures:
             self.fail(RuntimeError(f"{self.failures_in_a_row} rollout groups failed in a row "
                                    f"(train.max_consecutive_failures); the last: {error}"))
@@ -192,7 +191,7 @@ class RolloutController:
         """Stop the run with `error`: raised by the admission loop, which `next_batch` watches."""
         if self.fatal is None:
             self.fatal = error
-            self._log("fatal", error=str(error)[:500])
+            self.ledger.record("fatal", error=str(error)[:500])
             self._wake.set()
 
     def _finish(self, key: str, w: int) -> None:
@@ -210,12 +209,12 @@ class RolloutController:
                 self.staleness.on_refuse()
                 self.stats["refused"] += 1
                 self.stream.requeue(group.key)  # never trained on: the question runs again, fresher
-                self._log("refuse", key=group.key, min_version=group.min_version, version=version, **self._counts())
+                self.ledger.record("refuse", key=group.key, min_version=group.min_version, version=version, **self.counts())
                 self._wake.set()
                 continue
             batch.append(group)
         for g in batch:
-            self._log("consume", key=g.key, seq=g.seq, step=step, version=version, min_version=g.min_version)
+            self.ledger.record("consume", key=g.key, seq=g.seq, step=step, version=version, min_version=g.min_version)
         return batch
 
     async def _get(self) -> Group:
@@ -230,12 +229,7 @@ class RolloutController:
         self._task.result()
         raise RuntimeError("the rollout admission loop stopped")
 
-    # -- ledger ------------------------------------------------------------------------------
-    def _counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, int]:
+        """The staleness counters every controller event carries."""
         c = self.staleness.c
         return {"accepted": c.accepted, "running": c.running, "v": c.version, "bound": self.staleness.bound()}
-
-    def _log(self, event: str, **fields: Any) -> None:
-        if self.ledger is not None:
-            with self.ledger.open("a") as f:
-                f.write(json.dumps({"event": event, "t": round(time.time(), 3), **fields}) + "\n")

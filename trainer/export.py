@@ -1,6 +1,7 @@
 """A checkpoint's trained policy as a Hugging Face model folder (what `hexsearch export` writes).
 
     folder = export_policy(checkpoint_dir, base_model, out, lora=(r, alpha, modules) or None, adapter=False)
+    folder = export_run(run_or_checkpoint, out)   # the same from a run folder: its config names model and LoRA
 
 A checkpoint (trainer/checkpoint.py) holds the trainable weights next to the optimizer state: in
 `learner/` (torch.distributed.checkpoint shards with JSON metadata, trainer/learner_state.py) or, from
@@ -17,6 +18,9 @@ writes a peft adapter folder (`adapter_config.json`, `adapter_model.safetensors`
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,8 +31,67 @@ WEIGHT_PREFIX = "model."
 """Trainable weights are stored as `model.<parameter name>` in the sharded format."""
 
 
+EXPORT_MARK = "hexsearch_export.json"
+"""The file an exported folder carries: its checkpoint, base model, format and dtype."""
+
+
 class ExportError(ValueError):
     """A checkpoint that cannot be exported (missing files, weights that do not fit the base model)."""
+
+
+def run_config(run: Path) -> dict:
+    """A run folder's config.yaml as a dict."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ExportError(f"{run}: no readable config.yaml ({e})") from None
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
+    """(run folder, newest valid checkpoint) of a run folder or of one `step-N` checkpoint folder."""
+    from trainer import checkpoint
+
+    p = Path(path)
+    if (p / "state.json").exists():  # a checkpoint folder: runs/<run>/checkpoints/step-N
+        problem = checkpoint.verify(p)
+        if problem:
+            raise ExportError(f"{p}: not a valid checkpoint ({problem})")
+        return p.parent.parent, p
+    if not (p / "config.yaml").exists():
+        raise ExportError(f"{p}: not a run folder (no config.yaml) nor a checkpoint folder (no state.json)")
+    ckpt = checkpoint.latest(p / "checkpoints")
+    if ckpt is None:
+        raise ExportError(f"{p}: no valid checkpoint under {p / 'checkpoints'} (was it trained with train.save_every > 0?)")
+    return p, ckpt
+
+
+def export_run(path: str | Path, out: str | Path, *, adapter: bool = False, dtype: str = "bfloat16") -> Path:
+    """Export a run's (or a checkpoint's) policy to `out`, written whole or not at all: the base model and
+    LoRA settings come from the run's config.yaml."""
+    run, ckpt = find_checkpoint(path)
+    cfg = run_config(run)
+    model = (cfg.get("engine") or {}).get("model")
+    if not model:
+        raise ExportError(f"{run}/config.yaml names no engine.model")
+    t = cfg.get("train") or {}
+    lora = (int(t["lora_rank"]), float(t.get("lora_alpha", 32.0)), list(t.get("lora_modules") or [])) \
+        if int(t.get("lora_rank") or 0) > 0 else None
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} exists and is not empty")
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:6]}")
+    try:
+        export_policy(ckpt, model, tmp, lora=lora, adapter=adapter, dtype=dtype,
+                      info={"run": str(run.resolve()), "step": ckpt.name})
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def read_trained_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
@@ -59,7 +122,7 @@ def read_trained_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
 
 
 def _merged_model(base_model: str, weights: dict[str, torch.Tensor], lora: tuple[int, float, list[str]] | None):
-    from serving.embedded_weights import LoraSpec, LoraState, WeightUpdateError, apply_update
+    from serving.engines.embedded_weights import LoraSpec, LoraState, WeightUpdateError, apply_update
     from serving.models import load_model
 
     model = load_model(base_model, dtype="float32")
@@ -117,7 +180,7 @@ def export_policy(checkpoint: str | Path, base_model: str, out: str | Path, *, l
     tokenizer.save_pretrained(out)
     if not getattr(tokenizer, "chat_template", None):
         raise ExportError(f"the tokenizer of {base_model} has no chat template to export")
-    (out / "hexsearch_export.json").write_text(json.dumps({
+    (out / EXPORT_MARK).write_text(json.dumps({
         "checkpoint": str(Path(checkpoint).resolve()), "base_model": base_model, "format": "adapter" if adapter else "merged",
         "lora": list(lora[:2]) if lora else None, "dtype": dtype, "weights": len(weights), **(info or {})}, indent=2))
     return out

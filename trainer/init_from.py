@@ -12,38 +12,39 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-POLICY_MARK = "hexsearch_export.json"
+from trainer.config import FullConfig
+
+C = TypeVar("C", bound=FullConfig)
 
 
-def resolve_init_from(cfg: Any) -> Any:
+def resolve_init_from(cfg: C) -> C:
     """`cfg` with `engine.model` set to the exported policy of `train.init_from` (unchanged when empty). Raises
     ValueError in one line when the folder is not a run with a valid checkpoint."""
     src = cfg.train.init_from
     if not src:
         return cfg
-    from hexsearch.commands.common import UserError
-    from hexsearch.commands.export import find_checkpoint, run_config
+    from trainer.export import ExportError, export_run, find_checkpoint, run_config
 
     try:
         run, ckpt = find_checkpoint(src)
         base = (run_config(run).get("engine") or {}).get("model")
-    except UserError as e:
+    except ExportError as e:
         raise ValueError(f"train.init_from: {e}") from None
     if not base:
         raise ValueError(f"train.init_from: {run}/config.yaml names no engine.model")
     out = run / "artifacts" / f"policy-{ckpt.name}"
     if not _exported(out, ckpt):
-        from hexsearch.commands.export import export_run
-
         export_run(ckpt, out, dtype="float32")
     return replace(cfg, engine=replace(cfg.engine, model=str(out.resolve())))
 
 
 def _exported(out: Path, ckpt: Path) -> bool:
+    from trainer.export import EXPORT_MARK
+
     try:
-        info = json.loads((out / POLICY_MARK).read_text())
+        info = json.loads((out / EXPORT_MARK).read_text())
     except (OSError, ValueError):
         return False
     return info.get("checkpoint") == str(ckpt.resolve()) and (out / "model.safetensors").exists()

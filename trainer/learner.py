@@ -352,7 +352,7 @@ class Learner:
 
     def save_for_engine(self, path: str, adapter: bool = False) -> str:
         """An HF folder with the merged weights and an untied lm_head (what remote engines reload), or with
-        `adapter` only the LoRA adapter (PEFT's adapter files, serving/weight_transfer.py)."""
+        `adapter` only the LoRA adapter (PEFT's adapter files, serving/remote/weight_transfer.py)."""
         from serving.models import save_untied
 
         if adapter:

@@ -20,13 +20,14 @@ import os
 import socket
 from typing import Any
 
+from trainer.config import FullConfig
 from trainer.packing import Sample
 
 
 class LearnerWorker:
     """Ray actor body: one data-parallel rank."""
 
-    def __init__(self, cfg: Any, rank: int, world_size: int, threads: int):
+    def __init__(self, cfg: FullConfig, rank: int, world_size: int, threads: int):
         import torch
 
         torch.set_num_threads(max(1, threads))
@@ -97,16 +98,16 @@ class LearnerWorker:
         """Address and a free port on this node for the weight-update group rank 0 opens with the servers."""
         import ray
 
-        from serving.launch import free_port
+        from serving.launch.servers import free_port
 
         host = ray.util.get_node_ip_address()
         return host, free_port("127.0.0.1" if _loopback(host) else host)
 
     def start_push(self, backend: str, urls: list[str], gpus_per_server: int, master: tuple[str, int],
                    timeout_s: float) -> None:
-        """Open the `nccl` weight-update group with the servers (serving/weight_transfer.py), once per run."""
-        from serving import weight_transfer
+        """Open the `nccl` weight-update group with the servers (serving/remote/weight_transfer.py), once per run."""
         from serving.models import torch_dtype
+        from serving.remote.client import weight_transfer
 
         weight_transfer.check_nccl(backend)  # vLLM's trainer side must import in this process
         dtype, device = torch_dtype(self.cfg.engine.dtype, "cuda"), self._device()
@@ -160,7 +161,7 @@ class LearnerLost(RuntimeError):
 class LearnerGroup:
     """The learner ranks as one object the training loop calls."""
 
-    def __init__(self, cfg: Any, placement: dict[str, Any], threads: int, timeout_s: float = 3600.0,
+    def __init__(self, cfg: FullConfig, placement: dict[str, Any], threads: int, timeout_s: float = 3600.0,
                  wait: bool = True):
         """Create the ranks and have each build its learner; with `wait=False` the caller waits on
         `self.loading` (with other actors' loading, say) before the first call."""

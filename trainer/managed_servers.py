@@ -2,10 +2,10 @@
 
     ManagedServers.start(cfg, run)   one ServerActor per `train.engine_replicas`, each holding
                                      `engine.tensor_parallel_size` GPUs (none for `http`, our CPU server);
-                                     each launches its server (serving/launch.py) on its node, waits for
+                                     each launches its server (serving/launch/servers.py) on its node, waits for
                                      /health, and records it in <run>/engines.json
     .urls                            what the engine client pool is built over (as if given in engine.urls)
-    .token                           our `http` servers' control token, fresh for each run (serving/launch.py);
+    .token                           our `http` servers' control token, fresh for each run (serving/launch/servers.py);
                                      the engine client actors get it as $HEXSEARCH_ENGINE_TOKEN
     .watch(sync, log, fail)          every `train.engine_health_interval_s`: a server whose process died is
                                      started again on the same port and given the weights the others hold
@@ -23,11 +23,14 @@ import os
 import secrets
 from typing import Any
 
+from serving.config import EngineConfig
+from trainer.config import FullConfig
+
 
 class ServerActor:
     """Ray actor body: one inference server process on this actor's node and GPUs."""
 
-    def __init__(self, engine_cfg: Any, name: str, run_path: str, local: bool, lora_rank: int = 0,
+    def __init__(self, engine_cfg: EngineConfig, name: str, run_path: str, local: bool, lora_rank: int = 0,
                  transfer: str = "disk", token: str | None = None):
         import ray
 
@@ -42,17 +45,17 @@ class ServerActor:
         """Launch the server (on the port it had, after a restart) and wait until it is healthy; its URL."""
         import ray
 
-        from serving import launch
+        from serving.launch.servers import servers as launch
 
         cfg, tp = self.cfg, max(1, self.cfg.tensor_parallel_size)
         if cfg.backend == "vllm":
             extra = ["--tensor-parallel-size", str(tp)] if tp > 1 else []
-            from serving.vllm_setup import rl_weight_args
+            from serving.launch.vllm_setup import rl_weight_args
 
             share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 1.0))
             if 0 < share < 1:  # a GPU shared with a learner: vLLM takes its part of the memory only
                 extra += ["--gpu-memory-utilization", f"{0.85 * share:.2f}"]
-            args, env = rl_weight_args(self.lora_rank, self.transfer)  # adapters or NCCL (serving/weight_transfer.py)
+            args, env = rl_weight_args(self.lora_rank, self.transfer)  # adapters or NCCL (serving/remote/weight_transfer.py)
             extra += args
             self.server = launch.start_vllm_server(cfg.model, run=self.run_path, host=self.host, port=self.port,
                                                    max_model_len=cfg.max_model_len, kv_cache_gb=cfg.kv_cache_gb,
@@ -80,7 +83,7 @@ class ServerActor:
             self.server.stop(5.0)
         url = await asyncio.to_thread(self.start)
         if weights is not None and version > 0:
-            from serving.pool import build_remote
+            from serving.engines.pool import build_remote
 
             client = build_remote(self.cfg.backend, [url], self.cfg.model, request_timeout_s=self.cfg.request_timeout_s,
                                   token=self.token)
@@ -106,7 +109,7 @@ class ManagedServers:
         self._task: asyncio.Task | None = None
 
     @classmethod
-    def start(cls, cfg: Any, run_path: str) -> ManagedServers:
+    def start(cls, cfg: FullConfig, run_path: str) -> ManagedServers:
         import ray
 
         t, backend = cfg.train, cfg.engine.backend

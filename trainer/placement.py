@@ -69,7 +69,7 @@ def init_ray(cfg: TrainConfig, embedded: bool = True, judge_actor: bool = False)
     env = {"env_vars": {k: os.environ[k] for k in ("HEXSEARCH_CACHE", "HEXSEARCH_QUIET", "HF_HUB_OFFLINE",
                                                    "TOKENIZERS_PARALLELISM", "RAY_AUTH_MODE", "OMP_WAIT_POLICY",
                                                    "HF_HUB_DISABLE_PROGRESS_BARS",
-                                                   # a token and auth-proxy statement the user gave (serving/launch.py)
+                                                   # a token and auth-proxy statement the user gave (serving/launch/servers.py)
                                                    "HEXSEARCH_ENGINE_TOKEN", "HEXSEARCH_AUTH_PROXY")
                         if k in os.environ}}
     # Components named by import path (`my_rewards:score`) are imported inside the workers: the folder the

@@ -20,8 +20,10 @@ from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import eval_figures
 from trainer.buffer import GroupBuffer
+from trainer.config import FullConfig
 from trainer.controller import RolloutController
 from trainer.data import QuestionStream
+from trainer.ledger import RolloutLedger
 from trainer.metrics import MetricsLogger, truncate_after
 from trainer.placement import init_ray, plan_gpus, ray_options, role_threads
 from trainer.staleness import StalenessController
@@ -38,7 +40,7 @@ class LoopState:
     elapsed_s: float = 0.0
 
 
-def load_questions(cfg: Any) -> tuple[list[Any], list[Any]]:
+def load_questions(cfg: FullConfig) -> tuple[list[Any], list[Any]]:
     """(train items, dev items): the given files, else the configured world's splits."""
     from agent.qa import load_qa
 
@@ -82,15 +84,16 @@ def spread_over_buckets(items: list[Any], n: int, weights: dict[str, int] | None
 
 
 class Runtime:
-    def __init__(self, cfg: Any, run: RunDir):
+    def __init__(self, cfg: FullConfig, run: RunDir):
         self.cfg, self.run, self.train_cfg = cfg, run, cfg.train
         self.state = LoopState()
         self.servers: Any = None
         """Inference servers this run started itself (trainer/managed_servers.py), or None."""
-        self.last_gen: tuple[int, float] = (0, time.perf_counter())
+        self.ledger = RolloutLedger(run.path / "rollouts.jsonl")
+        self._last_gen: tuple[int, float] = (0, time.perf_counter())  # rollout_figures: tokens/s since then
 
     @classmethod
-    def create(cls, cfg: Any, run: RunDir) -> Runtime:
+    def create(cls, cfg: FullConfig, run: RunDir) -> Runtime:
         rt = cls(cfg, run)
         rt._build()
         return rt
@@ -100,7 +103,7 @@ class Runtime:
         embedded = cfg.engine.backend == "embedded"
         judge_actor = cfg.agent.reward_fn == "judge" and cfg.agent.judge.backend == "embedded"
         if t.weight_transfer == "nccl":  # before anything starts: vLLM's trainer side must import here
-            from serving.weight_transfer import check_nccl
+            from serving.remote.weight_transfer import check_nccl
 
             check_nccl(cfg.engine.backend)
         init_ray(t, embedded, judge_actor)
@@ -112,7 +115,7 @@ class Runtime:
         cfg = self.cfg = replace(cfg, train=t)
         self.train_cfg = t
         if t.weight_transfer == "nccl":
-            from serving.weight_transfer import check_nccl
+            from serving.remote.weight_transfer import check_nccl
 
             check_nccl(cfg.engine.backend, t.learner_resources.num_gpus)
         train_items, self.dev_items = load_questions(cfg)
@@ -126,7 +129,7 @@ class Runtime:
         # Remote servers are driven by one client (a pool over all `engine.urls`) inside one actor, so
         # that generation, pause and weight updates pass through the same object: a remote client
         # stamps each call with the version it was sent under, which is exact only for the client
-        # that also pauses and updates (serving/remote.py).
+        # that also pauses and updates (serving/remote/client.py).
         if t.weight_transfer == "adapter" and not (t.lora_rank > 0 and cfg.engine.backend == "vllm"):
             raise ValueError("train.weight_transfer=adapter pushes LoRA adapters to vLLM servers: it needs "
                              f"train.lora_rank > 0 and engine.backend=vllm (got {t.lora_rank}, {cfg.engine.backend})")
@@ -138,7 +141,7 @@ class Runtime:
         replicas, placement = ((t.engine_replicas, ray_options(t.engine_resources)) if embedded
                                else (1, {"num_cpus": 0}))
         if self.servers is not None and self.servers.token:  # the client actor talks to servers started above
-            from serving.engine_server import TOKEN_ENV
+            from serving.servers.engine_server import TOKEN_ENV
 
             placement["runtime_env"] = {"env_vars": {TOKEN_ENV: self.servers.token}}
         # every actor loads (imports, model, index) at the same time; one wait for all of them below
@@ -159,7 +162,7 @@ class Runtime:
         self.controller = RolloutController(
             stream=self.stream, workers=self.workers, staleness=self.staleness, buffer=self.buffer,
             group_size=t.group_size, filter_groups=t.filter_groups, seed=cfg.run.seed,
-            ledger=self.run.path / "rollouts.jsonl", max_worker_losses=t.worker_max_restarts + 1,
+            ledger=self.ledger, max_worker_losses=t.worker_max_restarts + 1,
             max_question_attempts=t.max_question_attempts, max_consecutive_failures=t.max_consecutive_failures)
         if t.weight_transfer == "nccl":  # once: learner rank 0 and every server GPU form the weight-update group
             self.learners.start_push(cfg.engine.backend, list(cfg.engine.urls),
@@ -171,7 +174,7 @@ class Runtime:
         from trainer.engine_watch import EngineSupervisor
 
         self.supervisor = EngineSupervisor(handles, self.sync, interval_s=t.engine_health_interval_s,
-                                           timeout_s=t.engine_health_timeout_s, log=self.controller._log,
+                                           timeout_s=t.engine_health_timeout_s, log=self.ledger.record,
                                            fail=self.controller.fail)
         self.metrics = MetricsLogger(self.run.metrics, self.run.tb if t.tensorboard else None,
                                      t.wandb_project if t.wandb else None, self.run.path.name)
@@ -213,6 +216,20 @@ class Runtime:
             if "latency" in key and parts:
                 out[key] /= sum(key in p for p in parts)
         return out
+
+    def rollout_figures(self) -> dict[str, float]:
+        """Queue depths, the staleness counters and generation speed since the previous call (`rollout/...`)."""
+        c, stats = self.staleness.c, self.controller.stats
+        gen, (last_gen, last_t) = stats["gen_tokens"], self._last_gen
+        self._last_gen = (gen, time.perf_counter())
+        return {"rollout/queue_depth": float(len(self.buffer)), "rollout/running": float(c.running),
+                "rollout/accepted": float(c.accepted), "rollout/rejected": float(c.rejected),
+                "rollout/refused_stale": float(c.refused), "rollout/lost": float(stats["lost"]),
+                "rollout/gen_tokens_per_s": (gen - last_gen) / max(time.perf_counter() - last_t, 1e-9)}
+
+    def summary_state(self) -> dict[str, Any]:
+        """What results.json records of the rollouts: the controller's counters and the staleness state."""
+        return {"rollouts": dict(self.controller.stats), "staleness": self.staleness.state_dict()}
 
     # -- evaluation --------------------------------------------------------------------------
     async def evaluate(self) -> dict[str, float]:
@@ -284,8 +301,8 @@ class Runtime:
         self.buffer.restore(groups)
         truncate_after(self.run.metrics, self.state.step)
         truncate_after(self.run.trajectories / "train.jsonl", self.state.step, lambda r: r["meta"].get("step", 0))
-        self.controller._log("resume", step=self.state.step, version=self.state.version,
-                             buffered=len(groups), **self.controller._counts())
+        self.ledger.record("resume", step=self.state.step, version=self.state.version,
+                           buffered=len(groups), **self.controller.counts())
         await self.sync.push(self.state.version)  # engines start from the base weights
         return True
 

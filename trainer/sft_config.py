@@ -21,7 +21,7 @@ class SFTConfig:
 
     source: SFTSource = "oracle"
     """`oracle`: a scripted policy follows each training question's known chain through the real agent loop
-    (serving/oracle.py; the world's QA rows carry `chain` and `answer`); `rft`: the policy's own episodes,
+    (serving/engines/oracle.py; the world's QA rows carry `chain` and `answer`); `rft`: the policy's own episodes,
     sampled at `agent.temperature`, `rft_samples` per question, kept when they earn `rft_min_reward`;
     `file`: a trajectories JSONL in hexsearch's format (`data`)."""
     data: str = ""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.trajectory import Trajectory
+from trainer.config import FullConfig
 from trainer.packing import Sample
 
 
@@ -69,7 +70,7 @@ def write_trajectories(path: Path, trajs: list[Trajectory]) -> None:
             f.write(tr.to_json() + "\n")
 
 
-def heldout_questions(cfg: Any) -> tuple[set[str], set[str]]:
+def heldout_questions(cfg: FullConfig) -> tuple[set[str], set[str]]:
     """(ids, normalised texts) of every question SFT must not see: the world's dev and test splits (when the
     world is the data, `train.data` or `train.dev_data` empty) and the `train.dev_data` file."""
     from agent.qa import load_qa
@@ -106,14 +107,14 @@ def to_samples(trajs: list[Trajectory]) -> list[Sample]:
             for t in trajs for s in t.segments if s.num_generated]
 
 
-async def collect(cfg: Any, items: list[Any], workflow: Any, engine: Any) -> tuple[list[Trajectory], dict[str, float]]:
+async def collect(cfg: FullConfig, items: list[Any], workflow: Any, engine: Any) -> tuple[list[Trajectory], dict[str, float]]:
     """(kept trajectories, counts) of `sft.source` oracle or rft over `items` (see trainer/sft_config.py)."""
     from serving.models import tokenizer_id
 
     s = cfg.sft
     slots = asyncio.Semaphore(max(1, s.concurrency))
     if s.source == "oracle":
-        from serving.oracle import OracleEngine
+        from serving.engines.oracle import OracleEngine
 
         oracle = OracleEngine(engine.tokenizer, cfg.agent.action_format)
         usable = [q for q in items if isinstance(q.meta.get("chain"), list) and q.answers]

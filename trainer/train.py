@@ -32,6 +32,7 @@ from core.progress import progress
 from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import build_samples, rollout_metrics
+from trainer.config import FullConfig
 from trainer.learner_group import LearnerLost
 from trainer.metrics import plot_reward_curve, plot_search_curve
 from trainer.runtime import Runtime
@@ -39,7 +40,7 @@ from trainer.runtime import Runtime
 log = get_logger(__name__)
 
 
-def train(cfg: Any, run: RunDir, resume: bool = False) -> dict[str, Any]:
+def train(cfg: FullConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     """Train (or continue the run in `run` when `resume`); returns the summary written to results.json."""
     from trainer.init_from import resolve_init_from
 
@@ -57,7 +58,7 @@ def train(cfg: Any, run: RunDir, resume: bool = False) -> dict[str, Any]:
                 raise RuntimeError(f"{lost}; no checkpoint to restart from yet (train.save_every)") from e
             if restart == cfg.train.learner_max_restarts:
                 raise RuntimeError(f"{lost}; no restart left (train.learner_max_restarts={cfg.train.learner_max_restarts})") from e
-            rt.controller._log("learner_lost", error=lost, restart=restart + 1)
+            rt.ledger.record("learner_lost", error=lost, restart=restart + 1)
             log.warning("%s: restarting from the newest checkpoint (%d/%d)", lost, restart + 1,
                         cfg.train.learner_max_restarts)
             resume = True
@@ -81,7 +82,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
     ctrl.start()
     rt.supervisor.start()
     if rt.servers is not None:
-        rt.servers.watch(rt.sync, ctrl._log, ctrl.fail)
+        rt.servers.watch(rt.sync, rt.ledger.record, ctrl.fail)
     if not resumed:
         state.eval_before = await rt.evaluate()
         rt.metrics.log(0, state.eval_before)
@@ -98,7 +99,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
             state.step += 1
             roll, staleness = rollout_metrics(groups, state.version - 1)
             metrics = {**roll, **stats, "train/kept_groups": kept, "time/sync_s": sync_s, "time/wait_s": t_wait,
-                       "time/step_s": time.perf_counter() - t0, **_rollout_figures(rt), **await rt.worker_stats()}
+                       "time/step_s": time.perf_counter() - t0, **rt.rollout_figures(), **await rt.worker_stats()}
             if settings.eval_every and state.step % settings.eval_every == 0 and state.step < settings.steps:
                 metrics.update(await rt.evaluate())
             rt.metrics.log(state.step, metrics, {"rollout/staleness": staleness})
@@ -119,8 +120,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
     await rt.save()
     summary = {"steps": state.step, "minutes": state.elapsed_s / 60, "dev_reward_before": state.eval_before.get("eval/reward"),
                "dev_reward_after": after.get("eval/reward"), "dev_accuracy_before": state.eval_before.get("eval/accuracy"),
-               "dev_accuracy_after": after.get("eval/accuracy"), "rollouts": dict(ctrl.stats),
-               "staleness": rt.staleness.state_dict()}
+               "dev_accuracy_after": after.get("eval/accuracy"), **rt.summary_state()}
     rt.run.write_json(rt.run.results, summary)
     plot_reward_curve(rt.run.metrics, rt.run.path / "reward_curve.png")
     plot_search_curve(rt.run.metrics, rt.run.path / "search_curve.png")  # None unless questions carry buckets
@@ -130,17 +130,6 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
 def _out_of_time(t: Any, elapsed_s: float) -> bool:
     """The time budget is spent (training stops early; the final evaluation still runs)."""
     return t.time_budget_min > 0 and elapsed_s >= 60 * t.time_budget_min
-
-
-def _rollout_figures(rt: Runtime) -> dict[str, float]:
-    """Queue depths and generation speed since the previous step."""
-    c, stats = rt.staleness.c, rt.controller.stats
-    gen, last = stats["gen_tokens"], rt.last_gen
-    rt.last_gen = (gen, time.perf_counter())
-    return {"rollout/queue_depth": float(len(rt.buffer)), "rollout/running": float(c.running),
-            "rollout/accepted": float(c.accepted), "rollout/rejected": float(c.rejected),
-            "rollout/refused_stale": float(c.refused), "rollout/lost": float(stats["lost"]),
-            "rollout/gen_tokens_per_s": (gen - last[0]) / max(time.perf_counter() - last[1], 1e-9)}
 
 
 def _save_trajectories(rt: Runtime, groups: list, step: int) -> None:

@@ -10,7 +10,7 @@
                            vLLM/SGLang reload from disk; with `adapter` (LoRA on vLLM) a folder with
                            the adapter only, which vLLM loads as a new LoRA; with `nccl` learner rank 0
                            broadcasts the tensors to the servers' GPUs, then the engine clients label
-                           them with the version (`Transferred`; serving/weight_transfer.py)
+                           them with the version (`Transferred`; serving/remote/weight_transfer.py)
     3. every engine resumes (also when the update failed, so generation never stays frozen)
 
 The admission of new groups pauses around the swap, as in AReaL, so no episode starts on an engine
@@ -50,7 +50,7 @@ class WeightSync:
         """What the engines load: an ObjectRef (in memory), a saved HF folder path, or (nccl) the label of
         weights rank 0 sends while the engines are paused."""
         if self.nccl:
-            from serving.weight_transfer import Transferred
+            from serving.protocol import Transferred
 
             return Transferred(version)
         if self.in_memory:

@@ -200,7 +200,8 @@ def _ask_config(config: str | None, overrides: list[str], checkpoint: str | None
 
 def _export_step(checkpoint: str) -> tuple[Path, str]:
     """A step-N checkpoint folder exported once into its run's artifacts/hf-step-N/."""
-    from hexsearch.commands.export import EXPORT_MARK, export_run
+    from hexsearch.commands.export import export_run
+    from trainer.export import EXPORT_MARK
 
     step = Path(checkpoint)
     folder = step.parent.parent / "artifacts" / f"hf-{step.name}"

@@ -11,9 +11,6 @@ LoRA settings. `hexsearch ask` uses `demo_export()` to turn the newest `make dem
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from pathlib import Path
 
 import typer
@@ -21,62 +18,37 @@ import yaml
 
 from hexsearch.commands.common import UserError
 
-EXPORT_MARK = "hexsearch_export.json"
-
 
 def run_config(run: Path) -> dict:
+    from trainer.export import ExportError
+    from trainer.export import run_config as read
+
     try:
-        cfg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise UserError(f"{run}: no readable config.yaml ({e})") from None
-    return cfg if isinstance(cfg, dict) else {}
+        return read(run)
+    except ExportError as e:
+        raise UserError(str(e)) from None
 
 
 def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
-    """(run folder, newest valid checkpoint) of a run folder or of one `step-N` checkpoint folder."""
-    from trainer import checkpoint
+    """(run folder, newest valid checkpoint) of a run folder or a checkpoint folder (trainer/export.py)."""
+    from trainer.export import ExportError
+    from trainer.export import find_checkpoint as find
 
-    p = Path(path)
-    if (p / "state.json").exists():  # a checkpoint folder: runs/<run>/checkpoints/step-N
-        problem = checkpoint.verify(p)
-        if problem:
-            raise UserError(f"{p}: not a valid checkpoint ({problem})")
-        return p.parent.parent, p
-    if not (p / "config.yaml").exists():
-        raise UserError(f"{p}: not a run folder (no config.yaml) nor a checkpoint folder (no state.json)")
-    ckpt = checkpoint.latest(p / "checkpoints")
-    if ckpt is None:
-        raise UserError(f"{p}: no valid checkpoint under {p / 'checkpoints'} (was it trained with train.save_every > 0?)")
-    return p, ckpt
+    try:
+        return find(path)
+    except ExportError as e:
+        raise UserError(str(e)) from None
 
 
 def export_run(path: str | Path, out: str | Path, *, adapter: bool = False, dtype: str = "bfloat16") -> Path:
-    """Export a run's (or a checkpoint's) policy to `out`, written whole or not at all."""
-    from trainer.export import ExportError, export_policy
+    """`hexsearch export`: trainer.export.export_run, its refusals as one-line user errors."""
+    from trainer.export import ExportError
+    from trainer.export import export_run as export
 
-    run, ckpt = find_checkpoint(path)
-    cfg = run_config(run)
-    model = (cfg.get("engine") or {}).get("model")
-    if not model:
-        raise UserError(f"{run}/config.yaml names no engine.model")
-    t = cfg.get("train") or {}
-    lora = (int(t["lora_rank"]), float(t.get("lora_alpha", 32.0)), list(t.get("lora_modules") or [])) \
-        if int(t.get("lora_rank") or 0) > 0 else None
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"export: {out} exists and is not empty")
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:6]}")
     try:
-        export_policy(ckpt, model, tmp, lora=lora, adapter=adapter, dtype=dtype,
-                      info={"run": str(run.resolve()), "step": ckpt.name})
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
+        return export(path, out, adapter=adapter, dtype=dtype)
     except ExportError as e:
         raise UserError(f"export: {e}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def newest_demo_run(root: str | Path = "runs") -> Path | None:
@@ -110,6 +82,8 @@ def newest_demo_run(root: str | Path = "runs") -> Path | None:
 def demo_export(run: Path) -> tuple[Path, str]:
     """The HF folder of `run`'s newest checkpoint, exported once into `<run>/artifacts/hf-<step>/` and
     reused while that checkpoint stays the newest; and the step's name."""
+    from trainer.export import EXPORT_MARK
+
     step = (run / "checkpoints" / "latest").read_text().strip()
     folder = run / "artifacts" / f"hf-{step}"
     if not (folder / EXPORT_MARK).exists():

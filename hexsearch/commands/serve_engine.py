@@ -34,9 +34,9 @@ def register(serve_app: typer.Typer) -> None:
                                          "inside this one (default: any folder)."),
     ) -> None:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        from serving.embedded import EmbeddedEngine
-        from serving.engine_server import serve
+        from serving.engines.embedded import EmbeddedEngine
         from serving.models import ModelNotFound
+        from serving.servers.engine_server import serve
 
         try:
             engine = EmbeddedEngine(model, dtype=dtype, device=device, max_batch_size=max_batch_size,
@@ -45,7 +45,7 @@ def register(serve_app: typer.Typer) -> None:
                                     threads=threads)
         except (ModelNotFound, ValueError) as e:
             raise UserError(str(e)) from e
-        from serving.engine_server import TOKEN_ENV
+        from serving.servers.engine_server import TOKEN_ENV
 
         try:
             serve(engine, host=host, port=port, model_name=served_model_name or model, log_level=log_level,

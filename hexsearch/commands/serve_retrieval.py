@@ -28,7 +28,7 @@ def register(serve_app: typer.Typer) -> None:
                                                            "(0: one per core, at most 4)."),
     ) -> None:
         from core.progress import console
-        from serving.retrieval_server import run_retrieval_server
+        from serving.servers.retrieval_server import run_retrieval_server
         from tools.encoder import EncoderError
         from tools.index import IndexFolderError
 

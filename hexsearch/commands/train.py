@@ -73,7 +73,7 @@ def _check(cfg) -> None:
     t = cfg.train
     _check_staleness(cfg)
     if t.weight_transfer == "nccl":  # vLLM's trainer side must import in this (the learners') Python
-        from serving.weight_transfer import check_nccl
+        from serving.remote.weight_transfer import check_nccl
 
         try:
             check_nccl(cfg.engine.backend)

@@ -7,7 +7,7 @@
 `generate` is an asyncio front; one scheduler thread runs every forward pass (torch releases the GIL,
 so the event loop stays responsive). The thread loops: take commands (abort, barriers) -> admit waiting
 requests as a prefill wave -> one prefill chunk -> one decoding step for all running rows -> deliver
-finished results. See `serving.embedded_batch` for the batch layout and `serving.kv` for the KV slots.
+finished results. See `serving.engines.embedded_batch` for the batch layout and `serving.engines.kv` for the KV slots.
 
 Behaviour log-probs are log_softmax of the raw logits (temperature 1, no top-k/top-p), so they equal a
 teacher-forced forward pass of the same weights (see `serving.sampling`). Each token records the weight
@@ -38,9 +38,9 @@ from typing import Any
 
 import torch
 
-from serving import cpu_attention
-from serving.embedded_batch import BatchRunner, EmbeddedCompletion, Seq
-from serving.embedded_weights import LoraState, apply_update, capture_peft, read_folder
+from serving.engines import cpu_attention
+from serving.engines.embedded_batch import BatchRunner, EmbeddedCompletion, Seq
+from serving.engines.embedded_weights import LoraState, apply_update, capture_peft, read_folder
 from serving.protocol import Completion, GenerateRequest, is_checkpoint_dir
 
 PAUSE_MODES = ("abort", "wait", "keep")
@@ -209,7 +209,7 @@ class EmbeddedEngine:
         """Load weights (state dict, nn.Module, HF checkpoint or peft adapter folder) and set the version.
 
         A partial state dict updates only the tensors it names; LoRA factors are merged (see
-        `serving.embedded_weights`). Raises WeightUpdateError, changing nothing, when the source does not fit.
+        `serving.engines.embedded_weights`). Raises WeightUpdateError, changing nothing, when the source does not fit.
         """
         spec = None
         if is_checkpoint_dir(source):

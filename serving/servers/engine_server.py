@@ -14,9 +14,9 @@ RL control     POST /pause?mode=abort|wait|keep, POST /resume, GET /is_paused, P
                POST /update_weight_version {"new_version": n};  GET /weight_info
                POST /reset_prefix_cache (drops KV kept for sticky request ids);  GET /load
 
-Security (serving/http_guard.py): with HEXSEARCH_ENGINE_TOKEN set, the RL control routes need `Authorization:
+Security (serving/servers/http_guard.py): with HEXSEARCH_ENGINE_TOKEN set, the RL control routes need `Authorization:
 Bearer <token>` (the remote engine client sends it from the same variable); binding a non-loopback address
-requires it, and a server hexsearch starts (serving/launch.py) always gets a fresh one. Whatever the bind, a
+requires it, and a server hexsearch starts (serving/launch/servers.py) always gets a fresh one. Whatever the bind, a
 web page the user opens cannot drive the server: a foreign `Host` (DNS rebinding) or any cross-origin `Origin`
 gets 403, a POST body that is not `application/json` 415, a body over MAX_BODY_BYTES 413.
 `--weights-root` limits the folders a weight update may load: a refused path is a 403 on `/update_weights` and
@@ -38,7 +38,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from serving.engine_api import (
+from serving.protocol import GenerateRequest, SamplingParams
+from serving.servers.engine_api import (
     BadRequest,
     ChatBody,
     CompletionBody,
@@ -49,8 +50,7 @@ from serving.engine_api import (
     output_text,
     usage,
 )
-from serving.http_guard import BodyLimit, LocalGuard, is_loopback
-from serving.protocol import GenerateRequest, SamplingParams
+from serving.servers.http_guard import BodyLimit, LocalGuard, is_loopback
 
 MAX_BODY_BYTES = 32 << 20
 """Largest request body (a batch of long token-id prompts is a few MB); larger ones get 413."""
@@ -106,7 +106,7 @@ def create_app(engine: Any, model_name: str | None = None, *, control_token: str
 
     `control_token`: the RL control routes (CONTROL_PATHS) answer 401 without `Authorization: Bearer
     <token>`. `weights_root`: weight updates may only load folders inside it (403 otherwise). `bind_host`:
-    the address served, the one name besides loopback's accepted in `Host` (see serving/http_guard.py)."""
+    the address served, the one name besides loopback's accepted in `Host` (see serving/servers/http_guard.py)."""
     app = FastAPI(title="hexsearch engine server")
     root = Path(weights_root).resolve() if weights_root else None
     app.add_middleware(LocalGuard, token=control_token, control_paths=CONTROL_PATHS,

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from serving import cpu_attention, cpu_llama
-from serving.kv import PrefixCache, PrefixEntry, SlotKVCache
+from serving.engines import cpu_attention, cpu_llama
+from serving.engines.kv import PrefixCache, PrefixEntry, SlotKVCache
 from serving.protocol import Completion, GenerateRequest
 from serving.sampling import BatchParams, sample
 
@@ -48,7 +48,7 @@ def fused_forward(model) -> tuple[cpu_llama.FusedLlama | None, str]:
     why = cpu_llama.unsupported(model)
     if why is not None:
         return None, f"transformers ({why})"
-    return cpu_llama.FusedLlama(model), "fused (serving/cpu_llama.py)"
+    return cpu_llama.FusedLlama(model), "fused (serving/engines/cpu_llama.py)"
 
 
 @dataclass
@@ -244,7 +244,7 @@ class BatchRunner:
         """One forward pass of rows [row0, row0+len(ids)) at positions `pos`; the last column's logits.
 
         A decoding step (one token per row, each row's slots 0..pos filled) also passes the rows' lengths,
-        which the native CPU decode attention (serving/cpu_attention.py) uses when it is installed.
+        which the native CPU decode attention (serving/engines/cpu_attention.py) uses when it is installed.
         """
         length = int(pos.max()) + 1
         hint = max((s.projected_len for s in self.running()), default=0) + self.prefill_chunk_tokens

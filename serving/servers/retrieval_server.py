@@ -34,7 +34,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from serving.http_guard import BodyLimit, send_json
+from serving.servers.http_guard import BodyLimit, send_json
 from tools.base import percentiles
 from tools.batcher import RetrievalBatcher
 from tools.docstore import PageStore
@@ -51,7 +51,7 @@ MAX_QUERY_CHARS = 4096
 MAX_RESULTS = 100_000
 """Most queries x topk in one request (what the response holds)."""
 MAX_BODY_BYTES = 8 << 20
-"""Largest request body; larger ones get 413 (readable by the client: serving/http_guard.py) before any of it
+"""Largest request body; larger ones get 413 (readable by the client: serving/servers/http_guard.py) before any of it
 is parsed."""
 
 

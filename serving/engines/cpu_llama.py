@@ -12,7 +12,7 @@ matrix products. This forward runs the same computation as one chain per layer:
     residual += h;  x = rmsnorm(residual)                  hex_add_rmsnorm          (C)
     h = (silu(x @ Wg^T) * (x @ Wu^T)) @ Wd^T               one GEMM, two ops, one GEMM
 
-with the C kernels of serving/csrc/llama_ops.c, which round where PyTorch rounds, so bf16 outputs match
+with the C kernels of serving/engines/csrc/llama_ops.c, which round where PyTorch rounds, so bf16 outputs match
 the transformers modules to within GEMM summation order (tests/test_cpu_llama.py). The projections that
 share an input are fused by making q/k/v (and gate/up) *views* of one weight tensor: the model's own
 parameters keep their names and shapes, and weight updates, which copy into them in place, update the
@@ -27,8 +27,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-from serving import cpu_attention
-from serving.kv import SlotKVCache
+from serving.engines import cpu_attention
+from serving.engines.kv import SlotKVCache
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 PACK_ROWS, PACKED_MAX_ROWS = 64, 256

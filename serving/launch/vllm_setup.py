@@ -27,7 +27,7 @@ from pathlib import Path
 
 from core.hardware import cpu_has_fast_bf16
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM-CPU's attention kernels support (vllm/v1/attention/backends/cpu_attn.py)."""
 
@@ -197,7 +197,7 @@ def build_launch(model_dir: Path, port: int, *, host: str = "127.0.0.1", served_
 
 
 def rl_weight_args(lora_rank: int = 0, weight_transfer: str = "disk") -> tuple[list[str], dict[str, str]]:
-    """Extra arguments and environment of a vLLM server for `train.weight_transfer` (serving/weight_transfer.py):
+    """Extra arguments and environment of a vLLM server for `train.weight_transfer` (serving/remote/weight_transfer.py):
     `adapter` needs runtime LoRA loading up to `lora_rank`; `nccl` the weight-transfer engine; `disk` nothing."""
     args: list[str] = []
     env: dict[str, str] = {}

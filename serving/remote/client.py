@@ -1,8 +1,8 @@
 """Remote inference engines: the InferenceEngine protocol over HTTP to vLLM, SGLang or our own server.
 
 `RemoteEngine` holds everything the dialects share — the HTTP client, the pause gate, per-call
-version tagging, draining, error classification — and the dialects (`serving.remote_vllm`,
-`serving.remote_sglang`) only build payloads and parse replies.
+version tagging, draining, error classification — and the dialects (`serving.remote.vllm`,
+`serving.remote.sglang`) only build payloads and parse replies.
 
 Per-token versions, and the tagging race (AReaL §1.4). AReaL stamps a chunk with the version read
 when the chunk *returns*, which is wrong when an aborted chunk comes back after the update. Here a
@@ -31,7 +31,7 @@ Errors, classified so that a pool can retry without ever duplicating a generatio
   exists; 4xx means the request itself is bad).
 - `GenerationLost`: the request was sent and the reply never came (read timeout, dropped
   connection). The server may have finished (or still be running) the generation, so nothing here
-  resubmits it; see `serving.pool` for the one case where that is still safe.
+  resubmits it; see `serving.engines.pool` for the one case where that is still safe.
 """
 
 from __future__ import annotations
@@ -204,8 +204,8 @@ class RemoteEngine(ABC):
         """Reload weights from a checkpoint folder the server can read, then set the version.
 
         Pauses (abort) and resumes around the load when the engine is not already paused. A `Transferred`
-        source (weights learner rank 0 already sent over NCCL, serving/weight_transfer.py) is only labelled."""
-        from serving.weight_transfer import Transferred
+        source (weights learner rank 0 already sent over NCCL, serving/remote/weight_transfer.py) is only labelled."""
+        from serving.protocol import Transferred
 
         if isinstance(source, Transferred):
             self._bind_loop()

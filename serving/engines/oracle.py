@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from serving.engines.scripted import ScriptedEngine, ScriptedOutput
 from serving.protocol import GenerateRequest
-from serving.scripted import ScriptedEngine, ScriptedOutput
 
 
 def chain_titles(chain: list[str]) -> list[str]:

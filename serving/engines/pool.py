@@ -52,7 +52,7 @@ from typing import Any
 
 from serving.config import REMOTE_BACKENDS
 from serving.protocol import Completion, GenerateRequest, PauseMode, WeightSource, is_checkpoint_dir
-from serving.remote import EngineRequestError, EngineUnavailable, GenerationLost, RemoteEngine
+from serving.remote.client import EngineRequestError, EngineUnavailable, GenerationLost, RemoteEngine
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class EnginePool:
         await self._fan_out(lambda e: e.resume(), "resume")
 
     async def update_weights(self, source: WeightSource, version: int) -> None:
-        from serving.weight_transfer import Transferred
+        from serving.protocol import Transferred
 
         if not is_checkpoint_dir(source) and not isinstance(source, Transferred):
             raise TypeError("an engine pool loads weights from a checkpoint folder every server can read, "
@@ -295,7 +295,7 @@ class EnginePool:
         s = self._servers[i]
         try:
             if self._last_weights is not None and s.engine.version != self._version:
-                from serving.weight_transfer import Transferred
+                from serving.protocol import Transferred
 
                 if isinstance(self._last_weights[0], Transferred):  # labelling it would hide its old weights
                     raise RuntimeError("its weights came over the NCCL group it has left (train.weight_transfer=nccl)")
@@ -351,13 +351,13 @@ def build_remote(backend: str, urls: list[str], model: str, *, request_timeout_s
         raise ValueError(f"engine backend '{backend}' needs engine.urls (start a server with "
                          "`hexsearch serve engine|vllm` and name its URL, e.g. engine.urls=[http://127.0.0.1:8000])")
     if backend in ("http", "vllm"):
-        from serving.remote_vllm import VLLMEngine
+        from serving.remote.vllm import VLLMEngine
 
         engines: list[RemoteEngine] = [VLLMEngine(u, model, backend=backend, request_timeout_s=request_timeout_s,
                                                           token=token)
                                        for u in urls]
     elif backend == "sglang":
-        from serving.remote_sglang import SGLangEngine
+        from serving.remote.sglang import SGLangEngine
 
         engines = [SGLangEngine(u, model, request_timeout_s=request_timeout_s, token=token) for u in urls]
     else:

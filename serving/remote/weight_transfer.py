@@ -31,7 +31,6 @@ import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +45,6 @@ def is_adapter_dir(path: str | Path) -> bool:
 
 def adapter_name(version: int) -> str:
     return f"policy-v{version}"
-
-
-@dataclass(frozen=True)
-class Transferred:
-    """The weight source of an `nccl` sync: learner rank 0 already sent `version` to the servers, so an engine
-    client only labels it (vLLM: /update_weight_version and a prefix-cache reset; SGLang set it itself)."""
-
-    version: int
 
 
 def check_nccl(backend: str, learner_gpus: float | None = None) -> None:
@@ -195,7 +186,7 @@ class _SGLangPush:
 
     async def _both(self, local: Callable[[], Any], remote: Callable[[Any, int], Any]) -> Any:
         """`local` (rank 0's side, in a thread) and `remote` on every server at once: both meet in NCCL."""
-        from serving.remote_sglang import SGLangEngine
+        from serving.remote.sglang import SGLangEngine
 
         clients = [SGLangEngine(u, None, request_timeout_s=self.timeout_s) for u in self.urls]
         thread = ThreadPoolExecutor(max_workers=1)

@@ -6,7 +6,7 @@
 
 It exists for callers that need an LLM's *text* rather than token ids and log-probs — the LLM judge
 (agent.judge) above all — so that they can use hosted APIs (OpenAI, Together, Groq, ...), a vLLM or
-SGLang server, or our own engine server (serving.engine_server) without a tokenizer. Training
+SGLang server, or our own engine server (serving.servers.engine_server) without a tokenizer. Training
 rollouts never go through it: they need the InferenceEngine protocol (serving.protocol).
 
 Base URL. Give the API base, the part before `/chat/completions`: `https://api.openai.com/v1`,

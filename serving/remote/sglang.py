@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving.protocol import Completion, GenerateRequest, PauseMode
-from serving.remote import EngineRequestError, RemoteEngine
+from serving.remote.client import EngineRequestError, RemoteEngine
 
 
 class SGLangEngine(RemoteEngine):
@@ -91,7 +91,7 @@ class SGLangEngine(RemoteEngine):
 
     async def init_weights_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
                                  group_name: str) -> None:
-        """Join the NCCL weight-update group learner rank 0 hosts (serving/weight_transfer.py)."""
+        """Join the NCCL weight-update group learner rank 0 hosts (serving/remote/weight_transfer.py)."""
         await self._request("POST", "/init_weights_update_group", timeout=self.request_timeout_s,
                             json={"master_address": master_address, "master_port": master_port,
                                   "rank_offset": rank_offset, "world_size": world_size, "group_name": group_name,

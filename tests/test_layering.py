@@ -1,0 +1,102 @@
+"""docs/developing.md's layering is the code's: every import between our packages is one the table allows,
+no two modules import each other (directly or around a loop), and the page names only files that exist."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "developing.md"
+
+
+def allowed() -> dict[str, set[str]]:
+    block = re.search(r"```layering\n(.*?)```", DOC.read_text(), re.S)
+    assert block, "docs/developing.md has no ```layering table"
+    table = {}
+    for line in block.group(1).strip().splitlines():
+        pkg, *deps = line.split()
+        table[pkg] = {d for d in deps if d != "-"}
+    return table
+
+
+def modules(packages) -> dict[str, Path]:
+    out = {}
+    for pkg in packages:
+        for f in (ROOT / pkg).rglob("*.py"):
+            name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = f
+    return out
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules `path` imports anywhere in it (module level or inside functions)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                out.add(name)
+    return out
+
+
+def test_every_import_between_packages_is_one_the_doc_allows():
+    table = allowed()
+    mods = modules(table)
+    assert {m.split(".")[0] for m in mods} == set(table), "the table names exactly the top-level packages"
+    wrong = []
+    for name, path in mods.items():
+        pkg = name.split(".")[0]
+        for dep in imports(path, mods):
+            top = dep.split(".")[0]
+            if top != pkg and top not in table[pkg]:
+                wrong.append(f"{path.relative_to(ROOT)} imports {dep} ({pkg} may import: {sorted(table[pkg]) or 'nothing'})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle_between_modules():
+    mods = modules(allowed())
+    graph = {name: imports(path, mods) - {name} for name, path in mods.items()}
+    cycles, index, low, stack, on_stack = [], {}, {}, [], set()
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_the_doc_names_only_files_that_exist():
+    text = DOC.read_text()
+    cited = set(re.findall(r"(?<![\w./<>-])([A-Za-z][\w-]*(?:/[\w.-]+)+\.(?:py|md|yaml|sh|c))(?!\w)", text))
+    assert len(cited) >= 4  # the pattern still finds the page's paths
+    missing = sorted(c for c in cited if not (ROOT / c).exists())
+    assert not missing, f"docs/developing.md cites files that do not exist: {missing}"
