@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.judge import JUDGE_PROMPT, JUDGE_PROMPT_VERSION, JUDGE_SYSTEM, parse_verdict
+from agent.verdicts import JUDGE_PROMPT, JUDGE_PROMPT_VERSION, JUDGE_SYSTEM, parse_verdict
 from core.registry import ComponentError, Registry
 
 Parser = Callable[[str], "bool | None"]
