@@ -8,10 +8,14 @@ the CPU-learning recipe, rewards).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.ranges import ranged
 from serving.config import EngineBackend
+
+if TYPE_CHECKING:
+    from core.rundir import RunConfig
+    from tools.config import ToolsConfig
 
 FormatName = Literal["asearcher", "hermes"]
 Prefill = Literal["none", "tags", "answer", "think"]
@@ -152,3 +156,22 @@ class AgentConfig:
     command_cwd: str = ""
     """Folder `command` runs in; empty: the folder the config was loaded from (so a relative script path
     works inside Ray workers too)."""
+
+
+class WorkflowTrainConfig(Protocol):
+    """What a workflow reads of `train` (trainer.config.TrainConfig, a package above this one)."""
+
+    workflow: str
+    tool_latency_median_s: float
+    tool_latency_p99_s: float
+
+
+class WorkflowConfig(Protocol):
+    """The sections of the whole config (hexsearch.config.HexConfig) a workflow (agent/workflow.py) reads."""
+
+    run: RunConfig
+    agent: AgentConfig
+    tools: ToolsConfig
+
+    @property
+    def train(self) -> WorkflowTrainConfig: ...

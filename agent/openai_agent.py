@@ -31,6 +31,7 @@ import traceback
 import uuid
 from typing import Any
 
+from agent.config import WorkflowConfig
 from agent.episode_tools import as_item
 from agent.judge import build_judge
 from agent.openai_calls import EpisodeCalls, build_segments
@@ -67,7 +68,7 @@ def _answer(out: Any, who: str) -> tuple[str, float | None]:
 class OpenAIAgentWorkflow(Workflow):
     """See the module docstring."""
 
-    def __init__(self, cfg: Any, *, judge: Any = None, **shared: Any):
+    def __init__(self, cfg: WorkflowConfig, *, judge: Any = None, **shared: Any):
         super().__init__(cfg, **shared)
         a = cfg.agent
         if bool(a.program) == bool(a.command):

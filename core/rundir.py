@@ -19,9 +19,26 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from core.checkpoint import write_atomic
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+@dataclass
+class RunConfig:
+    """The `run` section: where the run folder goes, the seed, logging (here, below every package that reads
+    the seed; hexsearch.config assembles it with the other sections)."""
+
+    name: str = ""
+    """Run name; the run folder is `<root>/<name>`. Empty: `<command>-<timestamp>`."""
+    root: str = "runs"
+    """Folder that holds all runs."""
+    seed: int = 0
+    """Global random seed (python, numpy, torch, data order)."""
+    log_level: LogLevel = "WARNING"
+    """Python logging level for the console and `log.txt`: `DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any
 from agent.rewards import normalize_answer
 from datagen import prompts as P
 from datagen.actions import QAState, contains_answer
+from datagen.config import DatagenConfig
 from datagen.llm import ChatLLM, Usage
 from datagen.record import CheckResult
 
@@ -144,7 +145,7 @@ async def search_solvable(workflow: Any, engine: Any, judge: Any, state: QAState
 
 
 async def run_edit_checks(edit: Any, state: QAState, previous: dict | None, *, gen: ChatLLM, solver: ChatLLM,
-                          judge: Any, cfg: Any, usage: Usage, seed: int) -> None:
+                          judge: Any, cfg: DatagenConfig, usage: Usage, seed: int) -> None:
     """Run guard, validity, difficulty, uniqueness on the edit's result in order, appending each result to
     `edit.checks`, until one fails; `edit.accepted` ends up true only when all passed."""
     async def in_order():  # lazily, so a failed check spares the LLM calls of the ones after it

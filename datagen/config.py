@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from agent.config import JudgeConfig
+from agent.config import JudgeConfig, WorkflowConfig
 from core.ranges import ranged
+
+if TYPE_CHECKING:
+    from serving.config import EngineConfig
+    from world.config import WorldConfig
 
 LinkSource = Literal["mentions", "file"]
 DifficultyJudge = Literal["llm", "match"]
@@ -121,3 +125,12 @@ class DatagenConfig:
     """The tool-free solver of the difficulty check (and the source of the uniqueness check's candidates)."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """The judge of solver attempts (any backend, verdicts cached) and of the uniqueness check."""
+
+
+class DatagenRunConfig(WorkflowConfig, Protocol):
+    """The sections of the whole config (hexsearch.config.HexConfig) a synthesis run (datagen/run.py) reads:
+    its own, the corpus world's, and the policy engine and workflow of the search check."""
+
+    engine: EngineConfig
+    world: WorldConfig
+    datagen: DatagenConfig

@@ -16,6 +16,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from datagen.config import DatagenConfig
 from serving.factory import chat_prompt_ids, is_chat_client
 from serving.protocol import GenerateRequest, SamplingParams, generate_continuing
 
@@ -106,7 +107,7 @@ class Models:
                 await close()
 
 
-def open_models(cfg: Any, engine: Any = None) -> Models:
+def open_models(cfg: DatagenConfig, engine: Any = None) -> Models:
     """The generator, solver and judge of a DatagenConfig. `engine` (tests, or a caller that already holds
     one) serves every role instead of the configured backends."""
     from agent.judge import build_judge

@@ -26,17 +26,18 @@ from typing import Any
 from core.checkpoint import append_row, read_rows
 from core.log import get_logger
 from core.progress import progress
+from datagen.config import DatagenConfig, DatagenRunConfig
 
 log = get_logger(__name__)
 RUN_FILE = "run.json"
 
 
-def max_items(dg: Any) -> int:
+def max_items(dg: DatagenConfig) -> int:
     """The attempt budget: `max_items`, or 5 per wanted question."""
     return dg.max_items or 5 * dg.num_questions
 
 
-def corpus_files(cfg: Any) -> tuple[Path, Path | None]:
+def corpus_files(cfg: DatagenRunConfig) -> tuple[Path, Path | None]:
     """(pages file, world folder or None) of `datagen.corpus`."""
     if cfg.datagen.corpus == "world":
         from world import resolve_world
@@ -76,7 +77,7 @@ ENGINE_RUNTIME_KEYS = ("urls", "device", "threads", "max_batch_size", "prefill_c
 """`engine:` settings that say where and how fast the policy runs, not what it generates."""
 
 
-def run_settings(cfg: Any) -> dict[str, Any]:
+def run_settings(cfg: DatagenRunConfig) -> dict[str, Any]:
     """Every setting that changes what a run generates, so a resumption with other ones is refused (not the
     targets and pace: `--n`, `max_items` and `concurrency` may change). The datagen models are in `datagen`;
     with `search_check` the search agent adds the policy engine, the agent, its tools and the workflow."""
@@ -155,7 +156,7 @@ async def run_items(synth: Any, out: Path, *, want: int, budget: int, concurrenc
     return [r for _, r in sorted({**errors, **finished}.items())]  # an index that finished later is not an error
 
 
-async def run_datagen(cfg: Any, out: str | Path, *, engine: Any = None, encode: Any = None) -> dict[str, Any]:
+async def run_datagen(cfg: DatagenRunConfig, out: str | Path, *, engine: Any = None, encode: Any = None) -> dict[str, Any]:
     """The whole run (see module docstring); returns the report. `engine` serves every model role instead
     of the configured backends (tests); `encode` replaces the MiniLM encoder of near-duplicate removal."""
     from datagen.corpus import PageStore
@@ -208,7 +209,7 @@ async def run_datagen(cfg: Any, out: str | Path, *, engine: Any = None, encode: 
     return write_report(out, items, dataset=dataset, ground_truth=truth, info=info)
 
 
-def _policy_engine(cfg: Any, models: Any) -> Any:
+def _policy_engine(cfg: DatagenRunConfig, models: Any) -> Any:
     """The engine of the `engine:` section; an embedded policy that is the solver's model reuses its copy."""
     solver = cfg.datagen.solver
     if (cfg.engine.backend == "embedded" and solver.backend == "embedded" and cfg.engine.model == solver.model):

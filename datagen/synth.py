@@ -26,6 +26,7 @@ from typing import Any
 from core.log import get_logger
 from datagen import actions, checks
 from datagen.actions import QAState
+from datagen.config import DatagenConfig
 from datagen.corpus import PageStore
 from datagen.llm import Models, Usage
 from datagen.record import Edit
@@ -36,7 +37,7 @@ log = get_logger(__name__)
 class Synthesiser:
     """Runs items (see module docstring). `workflow`/`engine`: the search agent for `search_check`."""
 
-    def __init__(self, cfg: Any, store: PageStore, models: Models, *, run_seed: int = 0, workflow: Any = None,
+    def __init__(self, cfg: DatagenConfig, store: PageStore, models: Models, *, run_seed: int = 0, workflow: Any = None,
                  engine: Any = None, seeds: list[Any] | None = None):
         """`seeds`: seed QAs (datagen.run.load_seeds); item i edits seed i (cycling) instead of writing a base
         question from a sampled page."""

@@ -20,7 +20,7 @@ import textwrap
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -29,6 +29,7 @@ from agent.config import AgentConfig
 from core.choices import field_types, item_literal_values, literal_values
 from core.log import get_logger
 from core.ranges import range_problem
+from core.rundir import RunConfig
 from datagen.config import DatagenConfig
 from eval.config import EvalConfig
 from serving.config import EngineConfig
@@ -40,8 +41,6 @@ from world.config import WorldConfig
 
 log = get_logger(__name__)
 
-LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-
 RENAMED = {"agent.reward": "agent.reward_fn", "agent.judge_cache": "agent.judge.cache",
            "train.max_concurrent_rollouts": "train.max_inflight_trajectories",
            "train.max_concurrent_episodes": "train.max_inflight_trajectories"}
@@ -51,18 +50,6 @@ RENAMED = {"agent.reward": "agent.reward_fn", "agent.judge_cache": "agent.judge.
 
 class ConfigError(ValueError):
     """A config problem explained in one line (unknown key, wrong type, missing file)."""
-
-
-@dataclass
-class RunConfig:
-    name: str = ""
-    """Run name; the run folder is `<root>/<name>`. Empty: `<command>-<timestamp>`."""
-    root: str = "runs"
-    """Folder that holds all runs."""
-    seed: int = 0
-    """Global random seed (python, numpy, torch, data order)."""
-    log_level: LogLevel = "WARNING"
-    """Python logging level for the console and `log.txt`: `DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`."""
 
 
 @dataclass

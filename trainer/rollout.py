@@ -16,12 +16,13 @@ import os
 from typing import Any
 
 from agent.trajectory import Trajectory
+from trainer.config import FullConfig
 
 
 class RolloutWorker:
     """Ray actor body (created with `ray.remote(...)(RolloutWorker)` in `start_rollout_workers`)."""
 
-    def __init__(self, cfg: Any, engine_names: list[str], index: int = 0, threads: int = 1,
+    def __init__(self, cfg: FullConfig, engine_names: list[str], index: int = 0, threads: int = 1,
                  judge_names: list[str] | None = None):
         import torch
 
@@ -98,7 +99,7 @@ def _qid(q: Any) -> str:
     return str(getattr(q, "id", "") or abs(hash(str(q))) % 10**8)
 
 
-def start_rollout_workers(cfg: Any, engine_names: list[str], placement: dict[str, Any],
+def start_rollout_workers(cfg: FullConfig, engine_names: list[str], placement: dict[str, Any],
                           threads: int, judge_names: list[str] | None = None) -> list[Any]:
     """Create the rollout worker actors (restarted by Ray up to `train.worker_max_restarts` times). They reach
     the engine (and judge) actors by name (`trainer.engine_actor.engine_actor_names`), so a restarted worker

@@ -28,6 +28,7 @@ from core.progress import progress
 from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import eval_figures
+from trainer.config import FullConfig, TrainConfig
 from trainer.metrics import MetricsLogger
 from trainer.sft_data import (
     SFTDataError,
@@ -42,12 +43,12 @@ from trainer.sft_data import (
 log = get_logger(__name__)
 
 
-def sft(cfg: Any, run: RunDir) -> dict[str, Any]:
+def sft(cfg: FullConfig, run: RunDir) -> dict[str, Any]:
     """Run SFT into `run`; returns the summary written to results.json."""
     return asyncio.run(_sft(cfg, run, time.time()))
 
 
-async def _sft(cfg: Any, run: RunDir, t_start: float) -> dict[str, Any]:
+async def _sft(cfg: FullConfig, run: RunDir, t_start: float) -> dict[str, Any]:
     from agent.workflow import make_workflow
     from serving.factory import build_engine
     from trainer.runtime import load_questions, spread_over_buckets
@@ -85,7 +86,7 @@ async def _sft(cfg: Any, run: RunDir, t_start: float) -> dict[str, Any]:
             await close()
 
 
-async def _train(cfg: Any, run: RunDir, trajs: list, counts: dict[str, float], engine: Any, workflow: Any,
+async def _train(cfg: FullConfig, run: RunDir, trajs: list, counts: dict[str, float], engine: Any, workflow: Any,
                  dev_items: list, t_start: float) -> dict[str, Any]:
     s = cfg.sft
     per_epoch = math.ceil(len(trajs) / s.batch_size)
@@ -145,7 +146,7 @@ async def _train(cfg: Any, run: RunDir, trajs: list, counts: dict[str, float], e
     return summary
 
 
-async def _save(learners: Any, run: RunDir, step: int, best: dict[str, Any], tcfg: Any) -> None:
+async def _save(learners: Any, run: RunDir, step: int, best: dict[str, Any], tcfg: TrainConfig) -> None:
     """The checkpoint of the best evaluation so far (the only one kept: `latest` is the best)."""
     tmp = checkpoint.begin(run.checkpoints, step)
     await learners.save(str(tmp))
@@ -175,7 +176,7 @@ class _Evaluator:
         return {**eval_figures(trajs), "time/eval_s": time.perf_counter() - t0}
 
 
-def _learners(cfg: Any) -> Any:
+def _learners(cfg: FullConfig) -> Any:
     """One rank in this process, or a LearnerGroup of `train.learner_workers` ranks on Ray (DDP/FSDP2)."""
     if cfg.train.learner_workers > 1:
         return _RayLearners(cfg)
@@ -183,7 +184,7 @@ def _learners(cfg: Any) -> Any:
 
 
 class _LocalLearner:
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: FullConfig):
         from trainer.learner import Learner
         from trainer.placement import actor_device
 
@@ -208,7 +209,7 @@ class _LocalLearner:
 
 
 class _RayLearners:
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: FullConfig):
         import ray
 
         from trainer.learner_group import LearnerGroup

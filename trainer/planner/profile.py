@@ -25,6 +25,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from serving.config import EngineConfig
+from trainer.config import FullConfig, TrainConfig
 from trainer.planner.specs import MeasuredSpeed
 
 _calls = 0
@@ -44,7 +46,7 @@ async def _timed_batch(engine: Any, prompt: list[int], batch: int, new_tokens: i
     return time.perf_counter() - t0
 
 
-def measure_engine(engine_cfg: Any, prompt_tokens: int, batch: int, n1: int = 8, n2: int = 40,
+def measure_engine(engine_cfg: EngineConfig, prompt_tokens: int, batch: int, n1: int = 8, n2: int = 40,
                    repeats: int = 3) -> dict[str, float]:
     """decode_base_s, decode_per_seq_s and prefill_tokens_per_s of one single-threaded embedded engine."""
     from serving.factory import build_engine
@@ -71,7 +73,7 @@ def measure_engine(engine_cfg: Any, prompt_tokens: int, batch: int, n1: int = 8,
             "prefill_tokens_per_s": prompt_tokens / max(t["t1_1"] - step1, 1e-6), "max_batch": batch}
 
 
-def measure_learner(train_cfg: Any, model: str, groups: int, group_size: int, train_tokens: int, prompt_tokens: int,
+def measure_learner(train_cfg: TrainConfig, model: str, groups: int, group_size: int, train_tokens: int, prompt_tokens: int,
                     shared_prefix: int, repeats: int = 2, policy_tokens: int = 0) -> tuple[float, float, Any]:
     """(training tokens/s, fixed seconds per step, the learner) of one single-threaded learner. Steps of `groups`
     and of `groups // 2` groups of `group_size` sequences of `train_tokens` tokens: all share the first
@@ -135,7 +137,7 @@ def _policy_mask(n: int, policy: int) -> list[int]:
     return [1] * first + [0] * (n - policy) + [1] * (policy - first)
 
 
-def measure_sync(learner: Any, engine_cfg: Any, repeats: int = 3) -> float:
+def measure_sync(learner: Any, engine_cfg: EngineConfig, repeats: int = 3) -> float:
     """Seconds to export the learner's weights and load them into an embedded engine (pause, swap, resume)."""
     from safetensors.torch import load, save
 
@@ -160,7 +162,7 @@ def measure_sync(learner: Any, engine_cfg: Any, repeats: int = 3) -> float:
         engine.close()
 
 
-def profile_device(cfg: Any, prompt_tokens: int, train_tokens: int, batch: int, shared_prefix: int = 0,
+def profile_device(cfg: FullConfig, prompt_tokens: int, train_tokens: int, batch: int, shared_prefix: int = 0,
                    policy_tokens: int = 0) -> MeasuredSpeed:
     """The measured speeds of this machine for the configured model (engine, then learner, then weight sync)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
