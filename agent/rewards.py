@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.config import AgentConfig
 from core.registry import ComponentError, Registry
 
 _PUNCT = set(string.punctuation)
@@ -151,7 +152,7 @@ class RewardInput:
     question: str
     trajectory: Any
     """The agent.trajectory.Trajectory (tool calls, turns, format errors, meta) before its reward is set."""
-    config: Any
+    config: AgentConfig
     """The AgentConfig of the episode."""
     judge: Any = None
     """The LLM judge (agent.judge.LLMJudge) when `agent.reward_fn=judge`, else None."""
@@ -207,7 +208,7 @@ def resolve_reward(spec: str) -> RewardFn:
     return fn
 
 
-async def score_episode(traj: Any, golds: Sequence[str], aug: Sequence[str], config: Any, forced_valid: bool,
+async def score_episode(traj: Any, golds: Sequence[str], aug: Sequence[str], config: AgentConfig, forced_valid: bool,
                         judge: Any = None, reward_fn: RewardFn | None = None) -> tuple[float, dict[str, Any]]:
     """The reward of a finished trajectory: the score of `reward_fn` (default: `config.reward_fn` resolved)
     through `episode_reward`'s format gate and invalid-answer penalty."""

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from trainer.config import FullConfig, TrainConfig
 from trainer.planner import costs
 from trainer.planner.memory import engine_memory_gb, learner_memory, model_spec_of
 from trainer.planner.specs import (
@@ -95,7 +96,7 @@ class DryRun:
         return out
 
 
-def _model_spec(cfg, bytes_per_param: float) -> ModelSpec:
+def _model_spec(cfg: FullConfig, bytes_per_param: float) -> ModelSpec:
     """`plan.model`, else the shipped planner model of the same name, else the model's own config (loaded)."""
     if cfg.plan.model:
         return load_spec(cfg.plan.model, ModelSpec)
@@ -107,7 +108,7 @@ def _model_spec(cfg, bytes_per_param: float) -> ModelSpec:
     return model_spec_of(cfg.engine.model, bytes_per_param)
 
 
-def _workload(cfg, on_gpu: bool) -> tuple[WorkloadSpec, str]:
+def _workload(cfg: FullConfig, on_gpu: bool) -> tuple[WorkloadSpec, str]:
     path = cfg.plan.workload or str(PLANNER / "workloads" / ("search-agent.yaml" if on_gpu else "quickstart-cpu.yaml"))
     t = cfg.train
     w = replace(load_spec(path, WorkloadSpec), batch_size=t.batch_size, group_size=t.group_size,
@@ -121,7 +122,7 @@ def _host_cpu() -> GpuType:
     return GpuType(hbm_gb=ram, hbm_tbps=0.02, bf16_tflops=0.2, intra_node_gbps=10.0, source="assumed", cpu=True)
 
 
-def _devices(cfg, gpu: str, gpus_per_node: int, needed: int, on_gpu: bool) -> tuple[str, GpuType, list[tuple[str, int]]]:
+def _devices(cfg: FullConfig, gpu: str, gpus_per_node: int, needed: int, on_gpu: bool) -> tuple[str, GpuType, list[tuple[str, int]]]:
     """(type name, type, [(node, devices)]): the plan's cluster, nodes of `gpu` from the catalog, or this CPU."""
     if not on_gpu:
         return "cpu", _host_cpu(), [("local", 1)]
@@ -137,7 +138,7 @@ def _devices(cfg, gpu: str, gpus_per_node: int, needed: int, on_gpu: bool) -> tu
     return gpu, types[gpu], [(f"node-{i}", gpus_per_node) for i in range(count)]
 
 
-def _pack(roles: list[Role], nodes: list[tuple[str, int]], cfg) -> dict[str, list[dict[str, float]]]:
+def _pack(roles: list[Role], nodes: list[tuple[str, int]], cfg: FullConfig) -> dict[str, list[dict[str, float]]]:
     """Each actor's GPUs on one node, nodes filled in order (engines first); the rollout workers spread over the
     nodes. Records `node:gpu` on the roles; an actor that fits on no node is left unplaced (a shortfall)."""
     free = {name: list(range(n)) for name, n in nodes}
@@ -156,7 +157,7 @@ def _pack(roles: list[Role], nodes: list[tuple[str, int]], cfg) -> dict[str, lis
     return bundles
 
 
-def dry_run(cfg, gpu: str = "H100", gpus_per_node: int = 8) -> DryRun:
+def dry_run(cfg: FullConfig, gpu: str = "H100", gpus_per_node: int = 8) -> DryRun:
     t, e = cfg.train, cfg.engine
     on_gpu = e.backend in GPU_ENGINES and not e.urls or e.device.startswith("cuda") or bool(cfg.plan.cluster) or (
         t.learner_resources.num_gpus > 0)
@@ -217,7 +218,7 @@ def dry_run(cfg, gpu: str = "H100", gpus_per_node: int = 8) -> DryRun:
     return DryRun(f"{name} ({g.hbm_gb:.0f} GB)", usable, bundles, roles, inflight, tokens_s, step, wname, shortfalls)
 
 
-def _speed(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg, tp: int, t, inflight: int) -> tuple[float, float]:
+def _speed(g: GpuType, m: ModelSpec, w: WorkloadSpec, cfg: FullConfig, tp: int, t: TrainConfig, inflight: int) -> tuple[float, float]:
     """(generated tokens/s, seconds per step): the planner's generation option at the decode batch each replica gets,
     Little's law for the trajectories in flight, its training step time and weight sync."""
     plan = replace(cfg.plan, micro_batch_tokens=t.micro_batch_tokens, recompute_prox=t.minibatches > 1,

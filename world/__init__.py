@@ -15,8 +15,9 @@ chain of masters), `generate` (files, summary, cache), and
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
-from world.config import WorldConfig
+from world.config import WorldConfig, WorldToolsConfig
 from world.generate import (
     FILES,
     GENERATOR_VERSION,
@@ -31,7 +32,7 @@ __all__ = ["FILES", "GENERATOR_VERSION", "QA_FILES", "WorldConfig", "default_wor
            "resolve_world", "tools_world", "with_world_index", "work_units", "world_name"]
 
 
-def resolve_world(cfg) -> Path:
+def resolve_world(cfg: WorldConfig) -> Path:
     """The world folder a `WorldConfig` names: `cfg.out` (generated there unless a world with the
     same settings is already there), or the cached default world when `cfg.out` is empty."""
     import json
@@ -64,7 +65,7 @@ def resolve_world(cfg) -> Path:
     return out
 
 
-def tools_world(cfg) -> Path | None:
+def tools_world(cfg: WorldToolsConfig) -> Path | None:
     """The world folder that a config's tools default to, or None: the one rule that train, eval, ask,
     `hexsearch tools` and datagen share. The world is the default exactly when the local search has no
     index of its own (`tools.search_backend: local`, `tools.index_dir` empty); its index is then the
@@ -75,7 +76,10 @@ def tools_world(cfg) -> Path | None:
     return resolve_world(cfg.world)
 
 
-def with_world_index(cfg):
+W = TypeVar("W", bound=WorldToolsConfig)
+
+
+def with_world_index(cfg: W) -> tuple[W, Path | None]:
     """(cfg with `tools.index_dir` set to the world's default index when `tools_world(cfg)` applies and
     `search` is configured, the world folder or None). The index is built once, on first use, and cached."""
     from dataclasses import replace

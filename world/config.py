@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from core.ranges import ranged
 from world.generate import MAX_HOPS
 from world.graph import MIN_ENTITIES
 from world.lineage import MAX_LENGTH
+
+if TYPE_CHECKING:
+    from tools.config import ToolsConfig
 
 
 @dataclass
@@ -36,3 +40,10 @@ class WorldConfig:
     """People per lineage, founder included (2-64); a lineage question needs up to this many searches."""
     lineage_depths: list[int] = field(default_factory=lambda: [2, 4, 8, 16, 32])
     """The N asked from each lineage (each 2..lineage_length): one question per N, starting N-1 masters below the founder. This default list is cut to lineage_length."""
+
+
+class WorldToolsConfig(Protocol):
+    """The sections of the whole config (hexsearch.config.HexConfig) that pick the default world and its index."""
+
+    world: WorldConfig
+    tools: ToolsConfig
