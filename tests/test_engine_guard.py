@@ -147,8 +147,9 @@ def test_an_oversized_body_gets_a_413_the_client_can_read(tokenizer):
 def test_vllm_and_sglang_are_not_exposed_unprotected(monkeypatch):
     """Beyond loopback: vLLM needs the authenticating-proxy statement (its --api-key leaves the development routes
     open), SGLang a token or that statement; refused before any setup or conversion."""
-    from serving.launch.servers import AUTH_PROXY_ENV, ServerStartError, check_exposure, vllm_setup
-    from serving.launch.servers import servers as launch
+    from serving.launch import servers as launch
+    from serving.launch import vllm_setup
+    from serving.launch.servers import AUTH_PROXY_ENV, ServerStartError, check_exposure
 
     monkeypatch.delenv(AUTH_PROXY_ENV, raising=False)
     monkeypatch.delenv("HEXSEARCH_ENGINE_TOKEN", raising=False)

@@ -100,3 +100,53 @@ def test_the_doc_names_only_files_that_exist():
     assert len(cited) >= 4  # the pattern still finds the page's paths
     missing = sorted(c for c in cited if not (ROOT / c).exists())
     assert not missing, f"docs/developing.md cites files that do not exist: {missing}"
+
+
+def _top_level_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):  # TYPE_CHECKING blocks, optional imports
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    names |= {(a.asname or a.name).split(".")[0] for a in sub.names}
+                elif isinstance(sub, (ast.FunctionDef, ast.ClassDef)):
+                    names.add(sub.name)
+                elif isinstance(sub, ast.Assign):
+                    names |= {n.id for t in sub.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_every_import_of_our_modules_names_something_that_exists():
+    """`from pkg.mod import name` anywhere (in functions too, which only run late: a moved module would
+    otherwise fail in the middle of a run): `pkg.mod` is a module and `name` a submodule or defined in it."""
+    mods = modules(allowed())
+    files = [*mods.values(), *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
+    defined: dict[str, set[str]] = {}
+    wrong = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                top = node.module.split(".")[0]
+                if top not in allowed():
+                    continue
+                if node.module not in mods:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: no module {node.module}")
+                    continue
+                if node.module not in defined:
+                    defined[node.module] = _top_level_names(mods[node.module])
+                for alias in node.names:
+                    if alias.name != "*" and alias.name not in defined[node.module] \
+                            and f"{node.module}.{alias.name}" not in mods:
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module} has no {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in allowed() and alias.name not in mods:
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: no module {alias.name}")
+    assert not wrong, "\n".join(wrong)

@@ -18,7 +18,7 @@ def test_training_starts_and_stops_its_own_vllm_server(tokenizer, tmp_path):
     from test_vllm_cpu import _build_model
 
     from core.rundir import RunDir
-    from serving.launch.servers import vllm_setup
+    from serving.launch import vllm_setup
     from trainer.train import train
 
     if not vllm_setup.venv_python().exists():

@@ -26,7 +26,8 @@ STEPS = 3
 def lora_server(tmp_path_factory):
     from test_vllm_cpu import _build_model
 
-    from serving.launch.servers import start_vllm_server, vllm_setup
+    from serving.launch import vllm_setup
+    from serving.launch.servers import start_vllm_server
     from serving.models import load_tokenizer
 
     if not vllm_setup.venv_python().exists():

@@ -43,7 +43,8 @@ except Exception as e:
 def test_learner_glue_meets_vllms_trainer_api_and_server(tmp_path, tokenizer):
     from test_vllm_cpu import _build_model
 
-    from serving.launch.servers import free_port, start_vllm_server, vllm_setup
+    from serving.launch import vllm_setup
+    from serving.launch.servers import free_port, start_vllm_server
 
     if not vllm_setup.venv_python().exists():
         pytest.skip("no vLLM venv (scripts/setup_vllm.sh)")

@@ -107,7 +107,7 @@ class LearnerWorker:
                    timeout_s: float) -> None:
         """Open the `nccl` weight-update group with the servers (serving/remote/weight_transfer.py), once per run."""
         from serving.models import torch_dtype
-        from serving.remote.client import weight_transfer
+        from serving.remote import weight_transfer
 
         weight_transfer.check_nccl(backend)  # vLLM's trainer side must import in this process
         dtype, device = torch_dtype(self.cfg.engine.dtype, "cuda"), self._device()

@@ -45,7 +45,7 @@ class ServerActor:
         """Launch the server (on the port it had, after a restart) and wait until it is healthy; its URL."""
         import ray
 
-        from serving.launch.servers import servers as launch
+        from serving.launch import servers as launch
 
         cfg, tp = self.cfg, max(1, self.cfg.tensor_parallel_size)
         if cfg.backend == "vllm":

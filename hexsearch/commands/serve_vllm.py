@@ -47,7 +47,8 @@ def register(serve_app: typer.Typer) -> None:
     ) -> None:
         from core.progress import console
         from core.rundir import RunDir
-        from serving.launch.servers import ServerStartError, check_exposure, start_vllm_server, vllm_setup
+        from serving.launch import vllm_setup
+        from serving.launch.servers import ServerStartError, check_exposure, start_vllm_server
         from serving.models import ModelNotFound, resolve_model
 
         try:  # before any setup: a bind that would expose the development-mode routes is refused in a second

@@ -229,7 +229,7 @@ def start_vllm_server(model: str, *, run: RunDir | str | Path | None = None, hos
     `model` is a model spec or folder; tied-embedding models are served from an untied copy so that
     later `reload_weights` calls replace the output layer too (`serving.launch.vllm_setup.untied_dir`).
     """
-    from serving.launch.servers import vllm_setup
+    from serving.launch import vllm_setup
 
     check_exposure("vllm", host)
     if not vllm_setup.venv_python().exists():
