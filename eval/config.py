@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
+from agent.config import WorkflowConfig
 from core.ranges import ranged
+
+if TYPE_CHECKING:
+    from serving.config import EngineConfig
+    from world.config import WorldConfig
 
 JUDGE_KEYWORDS = ("auto", "none")
 """What `eval.judge` accepts besides a judge prompt."""
@@ -43,3 +49,12 @@ class EvalConfig:
     keeps verdicts without output, and no trajectories are saved. True writes them in clear."""
     tool_cache: bool = True
     """Cache tool results in the run folder (`tools.sqlite`), so a resumed or repeated run never re-queries the web."""
+
+
+class EvalRunConfig(WorkflowConfig, Protocol):
+    """The sections of the whole config (hexsearch.config.HexConfig) an evaluation (eval/evaluate.py, eval/runner.py)
+    reads: its own, the policy engine, the world of the `world` suites, and the workflow's."""
+
+    engine: EngineConfig
+    world: WorldConfig
+    eval: EvalConfig

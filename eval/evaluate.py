@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from eval.config import EvalRunConfig
 from eval.rows import SuiteData
 
 
-def load_data(cfg: Any) -> SuiteData:
+def load_data(cfg: EvalRunConfig) -> SuiteData:
     """The items of `eval.suite` from `eval.data` (the configured world when empty), at most `eval.limit`."""
     from eval.suites import load_suite
 
     return load_suite(cfg.eval.suite, cfg.eval.data or None, limit=cfg.eval.limit or None, world_config=cfg.world)
 
 
-def check_ks(cfg: Any) -> None:
+def check_ks(cfg: EvalRunConfig) -> None:
     """Each `eval.k` is in 1..eval.n (Pass@k needs n >= k samples)."""
     for k in cfg.eval.k:
         if not 1 <= k <= cfg.eval.n:
@@ -37,7 +38,7 @@ async def _close(*objs: Any) -> None:
             await close()
 
 
-async def evaluate(cfg: Any, run: Any) -> dict[str, Any]:
+async def evaluate(cfg: EvalRunConfig, run: Any) -> dict[str, Any]:
     """Evaluate the configured agent on `eval.suite` into the run folder `run` (a core.rundir.RunDir;
     resumable: samples already in its results.jsonl are not played again); returns the report."""
     from agent.workflow import make_workflow
@@ -80,7 +81,7 @@ async def evaluate(cfg: Any, run: Any) -> dict[str, Any]:
     return write_report(run.path, rows, suite=cfg.eval.suite, ks=list(cfg.eval.k), info=info)
 
 
-async def score_rows(cfg: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+async def score_rows(cfg: EvalRunConfig, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each `{id, question, answer, prediction}` row with `score` (the primary's), `scores`, `correct` and the
     judge's verdict added, scored by the suite's rules and, when configured, its judge."""
     from eval.runner import build_eval_judge, primary_for, score_sample, scorers_for

@@ -47,7 +47,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.qa import ANSWER_KEYS, DataError, parse_qa_row
 from eval.crypto import decrypt_browsecomp, decrypt_xbench, encrypt_browsecomp, encrypt_xbench
@@ -63,6 +63,9 @@ from eval.rows import (
     make_item,
 )
 from eval.suites import SUITES, load_suite, suite
+
+if TYPE_CHECKING:
+    from world.config import WorldConfig
 
 __all__ = ["SUITES", "SuiteData", "decrypt_browsecomp", "decrypt_xbench", "encrypt_browsecomp",
            "encrypt_xbench", "load_browsecomp", "load_frames", "load_gaia", "load_localqa", "load_suite",
@@ -214,7 +217,7 @@ def load_localqa(path: PathLike, *, limit: int | None = None) -> SuiteData:
 @suite("world-test", scorers=WORLD_SCORERS, world=True)
 @suite("world", scorers=WORLD_SCORERS, world=True)
 def load_world(path: PathLike | None = None, *, limit: int | None = None, split: str = "test",
-               world_config: Any = None) -> SuiteData:
+               world_config: WorldConfig | None = None) -> SuiteData:
     """A split of the offline world: path None -> `resolve_world(world_config or WorldConfig())`
     (generated on first use); a world folder -> its QA file of `split`; a file -> that file."""
     import world
@@ -234,6 +237,6 @@ def load_world(path: PathLike | None = None, *, limit: int | None = None, split:
 
 
 @suite("world-dev", scorers=WORLD_SCORERS, world=True)
-def load_world_dev(path: PathLike | None = None, *, limit: int | None = None, world_config: Any = None) -> SuiteData:
+def load_world_dev(path: PathLike | None = None, *, limit: int | None = None, world_config: WorldConfig | None = None) -> SuiteData:
     """The offline world's dev split (`load_world` with split `dev`)."""
     return load_world(path, limit=limit, split="dev", world_config=world_config)

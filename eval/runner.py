@@ -23,19 +23,20 @@ import asyncio
 import json
 import zlib
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from core.checkpoint import append_row, read_rows
+from eval.config import EvalRunConfig
 from eval.suites import DEFAULT_SCORERS as DEFAULT_SCORERS  # suite -> scorers, for trainer.runtime
 from eval.suites import get_suite
 
 
-def scorers_for(cfg: Any) -> list[str]:
+def scorers_for(cfg: EvalRunConfig) -> list[str]:
     """`eval.scorers`, else the suite's own (its record in eval.suites.SUITES)."""
     return list(cfg.eval.scorers) or list(get_suite(cfg.eval.suite).scorers)
 
 
-def judge_prompt_name(cfg: Any) -> str | None:
+def judge_prompt_name(cfg: EvalRunConfig) -> str | None:
     """The judge prompt of this run (None: no judge); `auto` is the suite's published one."""
     name = cfg.eval.judge
     if name == "auto":
@@ -43,7 +44,7 @@ def judge_prompt_name(cfg: Any) -> str | None:
     return None if name in ("none", "") else name
 
 
-def primary_for(cfg: Any) -> str:
+def primary_for(cfg: EvalRunConfig) -> str:
     """What decides correctness: `eval.primary`, else the judge when one is used, else the first scorer."""
     if cfg.eval.primary != "auto":
         return cfg.eval.primary
@@ -54,7 +55,7 @@ def sample_seed(run_seed: int, qid: str, sample: int) -> int:
     return zlib.crc32(f"{run_seed}/{qid}/{sample}".encode()) & 0x7FFFFFFF
 
 
-def eval_temperature(cfg: Any) -> float:
+def eval_temperature(cfg: EvalRunConfig) -> float:
     """`eval.temperature`, or greedy for one sample and the agent's temperature for several."""
     if cfg.eval.temperature >= 0:
         return cfg.eval.temperature
@@ -102,7 +103,7 @@ def _row(item: Any, sample: int, traj: Any, scored: dict[str, Any], seed: int) -
             "trajectory": f"trajectories/eval.jsonl#{item.id}/{sample}"}
 
 
-async def run_samples(cfg: Any, run: Any, items: list[Any], *, engine: Any, workflow: Any,
+async def run_samples(cfg: EvalRunConfig, run: Any, items: list[Any], *, engine: Any, workflow: Any,
                       judge: Any = None, on_sample: Any = None, plaintext: bool = True) -> list[dict[str, Any]]:
     """Play and score every missing (question, sample) pair; returns all rows of results.jsonl, in order.
     `plaintext=False` (an encrypted suite): questions, gold answers, the judge's output and trajectories are
@@ -143,7 +144,10 @@ async def run_samples(cfg: Any, run: Any, items: list[Any], *, engine: Any, work
     return sorted(rows, key=lambda r: order[(r["id"], r["sample"])])
 
 
-def eval_workflow_config(cfg: Any, run: Any) -> Any:
+C = TypeVar("C", bound=EvalRunConfig)
+
+
+def eval_workflow_config(cfg: C, run: Any) -> C:
     """The config the evaluation's workflow runs with: the eval temperature and, with `eval.tool_cache`,
     a tool cache in the run folder (a repeated or resumed run never re-queries the web)."""
     cfg = replace(cfg, agent=replace(cfg.agent, temperature=eval_temperature(cfg)))
@@ -152,7 +156,7 @@ def eval_workflow_config(cfg: Any, run: Any) -> Any:
     return cfg
 
 
-def build_eval_judge(cfg: Any, engine: Any = None, *, keep_raw: bool = True) -> Any:
+def build_eval_judge(cfg: EvalRunConfig, engine: Any = None, *, keep_raw: bool = True) -> Any:
     """The LLM judge with the suite's published prompt (None when the run uses no judge). An embedded judge
     that is the policy model itself reuses the policy engine instead of loading a second copy. `keep_raw=False`
     (an encrypted suite without plaintext): the judge keeps none of its output, in memory or in its cache."""

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.registry import ComponentError, Registry
 from eval.rows import PathLike, SuiteData
+
+if TYPE_CHECKING:
+    from world.config import WorldConfig
 
 Loader = Callable[..., SuiteData]
 
@@ -63,7 +66,7 @@ def get_suite(spec: str) -> Suite:
 
 
 def load_suite(suite: str, path: PathLike | None, *, limit: int | None = None,
-               world_config: Any = None) -> SuiteData:
+               world_config: WorldConfig | None = None) -> SuiteData:
     """Read the file of `suite` (see get_suite); at most `limit` items.
 
     `world_config` (a `world.config.WorldConfig`, e.g. `cfg.world`) picks the world the world suites read
