@@ -165,3 +165,11 @@ def test_agent_built_in_code_checks_its_ranges():
 
     with pytest.raises(ValueError, match=r"^agent.max_turns: 0 is out of range"):
         Agent(None, [], AgentConfig(max_turns=0))  # type: ignore[arg-type]  # refused before the engine is used
+
+
+def test_toolset_built_in_code_checks_its_ranges():
+    from tools.config import ToolsConfig
+    from tools.factory import ToolConfigError, build_tools
+
+    with pytest.raises(ToolConfigError, match=r"^tools.topk: 0 is out of range: it must be at least 1$"):
+        build_tools(ToolsConfig(topk=0))

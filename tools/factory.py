@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.choices import check_choices
+from core.ranges import check_ranges
 from core.registry import import_object
 from tools.base import BaseTool, ToolError, ToolResult
 from tools.builtin import BuildContext, ToolConfigError, base_kwargs, build_builtins, cache_root
@@ -48,6 +49,7 @@ def _static_tools(cfg: ToolsConfig, index_dir: str | Path | None, world_dir: str
     """(tool, where it comes from) for the built-ins and the components, names checked and unique."""
     try:
         check_choices(cfg, "tools")
+        check_ranges(cfg, "tools")
     except ValueError as e:
         raise ToolConfigError(str(e)) from None
     cache = make_cache(cfg)
