@@ -28,7 +28,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from agent.config import AgentConfig
 from core.choices import field_types, item_literal_values, literal_values
 from core.log import get_logger
-from core.ranges import range_problem
+from core.ranges import field_range, range_problem
 from core.rundir import RunConfig
 from datagen.config import DatagenConfig
 from eval.config import EvalConfig
@@ -292,7 +292,7 @@ def field_docs(cls: type) -> dict[str, str]:
 def describe(cls: type = HexConfig, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, type, docstring) for every leaf field, recursing into nested dataclasses; the type of a
     fixed-choice field is its values, e.g. `drop|reject|none` (`list[search|access]` for a list of them), and
-    that of a field naming a component its registry's names."""
+    that of a field naming a component its registry's names; a number's is followed by its range."""
     from hexsearch.components import COMPONENT_FIELDS, component_names
 
     rows: list[tuple[str, str, str]] = []
@@ -305,6 +305,9 @@ def describe(cls: type = HexConfig, prefix: str = "") -> list[tuple[str, str, st
             choices, items = (None, names) if typing.get_origin(types[f.name]) is list else (names, None)
         kind = ("|".join(map(str, choices)) if choices else f"list[{'|'.join(map(str, items))}]" if items
                 else getattr(f.type, "__name__", str(f.type)))
+        if types[f.name] in (int, float):  # the range declared on the field (core.ranges.ranged)
+            rng = field_range(f)
+            kind = ", ".join(filter(None, (kind, rng.describe(), rng.at_most and f"at most {rng.at_most}")))
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
         if dataclasses.is_dataclass(default):
             rows.extend(describe(type(default), f"{prefix}{f.name}."))

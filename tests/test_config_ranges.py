@@ -173,3 +173,12 @@ def test_toolset_built_in_code_checks_its_ranges():
 
     with pytest.raises(ToolConfigError, match=r"^tools.topk: 0 is out of range: it must be at least 1$"):
         build_tools(ToolsConfig(topk=0))
+
+
+def test_config_keys_show_each_numbers_range():
+    from hexsearch.config import describe
+
+    kinds = {key: kind for key, kind, _ in describe()}
+    assert kinds["agent.max_turns"] == "int, at least 1 and at most 1000"
+    assert kinds["world.min_hops"] == "int, at least 1, at most max_hops"
+    assert kinds["agent.invalid_penalty"] == "float" and kinds["train.lr"] == "float, above 0"
