@@ -52,6 +52,7 @@ from agent.verdicts import (
 )
 from core.choices import check_choices
 from core.log import get_logger, redact
+from core.ranges import check_ranges
 from serving.factory import chat_prompt_ids, is_chat_client
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, generate_continuing
 
@@ -309,6 +310,7 @@ def build_judge(cfg: JudgeConfig, engine: InferenceEngine | None = None, prompt:
     if engine is not None:
         return LLMJudge(engine, cfg.model, **common, backend=cfg.backend, owns_transport=False)
     check_choices(cfg, "agent.judge")
+    check_ranges(cfg, "agent.judge")
     from serving.factory import build_llm
     from serving.servers.openai_chat import public_url
 

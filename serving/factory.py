@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from core.choices import check_choices
+from core.ranges import check_ranges
 from serving.config import EngineBackend, EngineConfig
 from serving.protocol import InferenceEngine
 
@@ -20,6 +21,7 @@ BACKENDS: tuple[str, ...] = get_args(EngineBackend)
 def build_engine(cfg: EngineConfig) -> InferenceEngine:
     """An engine for `cfg` (raises ValueError naming the key and the valid values for an unknown backend or dtype)."""
     check_choices(cfg, "engine")
+    check_ranges(cfg, "engine")
     if cfg.backend == "embedded":
         from serving.engines.embedded import EmbeddedEngine
 

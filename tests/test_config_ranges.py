@@ -182,3 +182,15 @@ def test_config_keys_show_each_numbers_range():
     assert kinds["agent.max_turns"] == "int, at least 1 and at most 1000"
     assert kinds["world.min_hops"] == "int, at least 1, at most max_hops"
     assert kinds["agent.invalid_penalty"] == "float" and kinds["train.lr"] == "float, above 0"
+
+
+def test_engine_and_judge_built_in_code_check_their_ranges():
+    from agent.config import JudgeConfig
+    from agent.judge import build_judge
+    from serving.config import EngineConfig
+    from serving.factory import build_engine
+
+    with pytest.raises(ValueError, match=r"^engine.max_model_len: 0 is out of range: it must be at least 1$"):
+        build_engine(EngineConfig(max_model_len=0))
+    with pytest.raises(ValueError, match=r"^agent.judge.timeout_s: 0 is out of range: it must be above 0$"):
+        build_judge(JudgeConfig(timeout_s=0.0))
