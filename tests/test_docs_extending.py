@@ -67,7 +67,7 @@ def runs_of(tmp_path: Path, kind: str) -> list[Path]:
 def check(tmp_path: Path, results: dict[str, subprocess.CompletedProcess]) -> None:
     files, commands = doc_blocks()
     assert set(files) == {"my_reward.py", "calculator.py", "calculator.yaml", "weather_server.py", "weather.yaml",
-                          "my_policy.py", "my_workflow.py"}
+                          "my_policy.py", "my_workflow.py", "my_suite.py", "preds.jsonl"}
     for name, body in files.items():
         if name.endswith(".py"):
             assert len(body.strip().splitlines()) < 30, name  # each example is short enough to read at once
@@ -80,6 +80,10 @@ def check(tmp_path: Path, results: dict[str, subprocess.CompletedProcess]) -> No
     assert any("Varnholt: sunny" in out for out in call.values())
     listing = "".join(r.stdout for c, r in results.items() if c.startswith("hexsearch tools list"))
     assert "calculator" in listing and "forecast" in listing and "component calculator:Calculator" in listing
+    scored = "".join(r.stdout for c, r in results.items() if c.startswith("hexsearch eval score"))
+    assert "RESULT eval_score suite=my_suite:LINES rows=2 correct=1 accuracy=0.5000" in scored
+    assert [r["scores"] for r in rows(tmp_path / "scored.jsonl")] == [
+        {"my_suite:same_number": 1.0, "em": 0.0}, {"my_suite:same_number": 0.0, "em": 0.0}]
     asks = [rows(run / "trajectories" / "ask.jsonl")[0] for run in runs_of(tmp_path, "ask")]
     assert {a["meta"]["context_policy"] for a in asks} >= {"my_policy:NewestOnly"}
     assert any(a["meta"].get("hint") == " Answer with at most three words." for a in asks)
