@@ -6,6 +6,8 @@ and 2 ranks, the measured peak per rank (below) against `trainer.planner.memory.
 
     predicted_error  = the largest |measured - predicted| / measured over the 8 cells (each cell's median over
                        rounds); target <= 0.15
+    runtime          = resident memory after the steps minus the counted state (ddp with 2 ranks: and its
+                       gradient buckets), per cell: the model's constant `runtime` term, measured beside it
 
 (2) The strategies compared on the quickstart model with 2 ranks (the figures below).
 
@@ -129,7 +131,10 @@ def _rank(rank: int, world: int, port: int, strategy: str, args, out, model: str
     state += sum(getattr(p.grad, "_local_tensor", p.grad).nbytes for p in learner.params if p.grad is not None)
     state += sum(getattr(v, "_local_tensor", v).nbytes for s in learner.optimizer.state.values()
                  for v in s.values() if torch.is_tensor(v))
-    out[rank] = {"peak": peak.peak - base, "state": state, "step_s": sum(times[1:]) / max(1, len(times) - 1)}
+    release_free_memory()
+    # resident after the steps, beyond the counted state (and DDP's buckets): the model's `runtime` term, seen
+    out[rank] = {"peak": peak.peak - base, "state": state, "step_s": sum(times[1:]) / max(1, len(times) - 1),
+                 "after": _rss() - base}
     dist.destroy_process_group()
 
 
@@ -169,12 +174,13 @@ def predicted_peak(model: str, strategy: str, world: int, args) -> float:
     """The memory model's bytes per rank for one cell: the rank's micro-batch is its share of the step's tokens,
     at most `micro_batch_tokens` (2 samples); half of every sample is policy tokens; fp32 compute; no
     gradient checkpointing (the learner's default)."""
-    from trainer.planner.memory import learner_memory, model_spec_of
+    from trainer.planner.memory import CPU_RUNTIME_BYTES, learner_memory, model_spec_of
 
     rank_tokens = args.batch * args.group * args.tokens / world
     return learner_memory(model_spec_of(model, bytes_per_param=4), strategy=strategy, ranks=world,
                           micro_batch_tokens=min(rank_tokens, args.tokens * 2), checkpointing=False,
-                          policy_fraction=(args.tokens - args.tokens // 2) / args.tokens, compute_bytes=4).total
+                          policy_fraction=(args.tokens - args.tokens // 2) / args.tokens, compute_bytes=4,
+                          runtime_bytes=CPU_RUNTIME_BYTES).total
 
 
 def _grid(args) -> dict[str, dict]:
@@ -185,10 +191,13 @@ def _grid(args) -> dict[str, dict]:
             for strategy in ("ddp", "fsdp2"):
                 ranks = _spawn(strategy, args, "65536", model, world)
                 peak, pred = max(r["peak"] for r in ranks), predicted_peak(model, strategy, world, args)
+                buckets = max(r["state"] for r in ranks) / 4 if strategy == "ddp" and world > 1 else 0
+                runtime = max(r["after"] - r["state"] - buckets for r in ranks)
                 cells[f"{model}/{strategy}/{world}"] = {"peak": peak, "predicted": pred, "ranks": ranks,
-                                                        "error": abs(peak - pred) / peak}
+                                                        "error": abs(peak - pred) / peak, "runtime": runtime}
                 print(f"  {model} {strategy} x{world}: measured {peak / 2**20:.0f} MiB, predicted "
-                      f"{pred / 2**20:.0f} MiB, error {abs(peak - pred) / peak:.3f}", flush=True)
+                      f"{pred / 2**20:.0f} MiB, error {abs(peak - pred) / peak:.3f}, runtime "
+                      f"{runtime / 2**20:.0f} MiB", flush=True)
     return cells
 
 
@@ -236,7 +245,9 @@ def main() -> None:
                                           "predicted_error": predicted_error},
                  {"args": vars(args), "peak_mib": peaks, "rounds": rounds, "model": MODEL, "ranks": 2,
                   "model_cells": {c: {"errors": e, "predicted_mib": grids[0][c]["predicted"] / 2**20,
-                                      "measured_mib": [g[c]["peak"] / 2**20 for g in grids]} for c, e in errors.items()},
+                                      "measured_mib": [g[c]["peak"] / 2**20 for g in grids],
+                                      "runtime_mib": [g[c]["runtime"] / 2**20 for g in grids]}
+                                  for c, e in errors.items()},
                   "memory_runs_malloc_mmap_threshold": 65536})
     print(line)
 

@@ -130,14 +130,17 @@ class Learner:
                                            mb.rows.to(dev), mb.pos.to(dev) - offset, stem)
         # raw logits, whatever the sampling temperature: engines report log_softmax(z) (serving.protocol),
         # so pi_theta, pi_prox and pi_behav are the same function and w = 1 for fresh tokens
-        logits = logits.float()
-        logz = torch.logsumexp(logits, dim=-1)
-        logp = logits.gather(-1, mb.targets.to(dev)[:, None]).squeeze(-1) - logz
+        # log_softmax, not logits - logsumexp(logits): its backward keeps one vocabulary-wide tensor (its output)
+        # and makes one, where logsumexp's kept the logits and made three at once (x - lse, its exp, the product);
+        # with the gather's gradient that is 3 instead of 5 fp32 [policy tokens x vocab] tensors at the peak
+        # (trainer/planner/memory.py, measured by benchmarks/learner_memory.py)
+        logsm = torch.log_softmax(logits.float(), dim=-1)
+        del logits
+        logp = logsm.gather(-1, mb.targets.to(dev)[:, None]).squeeze(-1)
         entropy = None
         if with_entropy:  # with gradients only when the loss has an entropy bonus
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.cfg.entropy_coef > 0):
-                p = torch.softmax(logits, dim=-1)
-                entropy = logz - (p * logits).sum(-1)
+                entropy = -(logsm.exp() * logsm).sum(-1)
         return logp, entropy
 
     def _hidden(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,

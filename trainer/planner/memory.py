@@ -10,8 +10,15 @@ shard the state. Learner rank (hexsearch's learner, trainer/learner.py and train
                                      layers (current + prefetch) all-gathered in the compute dtype
     activations  L T h c + T a c     checkpointing: each layer's input kept, one layer's working set recomputed
                  L T a c             without: every layer's working set, a = 6 h + 4 I elements per token
-    logits       4 f T V 4           fp32 logits at policy positions, log-sum-exp, and the entropy metric's
-                                     softmax and product alive at once (trainer/learner.py `_logp`)
+    logits       3 f T V 4           fp32 [policy tokens x vocab] tensors alive at once in the backward of
+                                     trainer/learner.py `_logp`: log_softmax's saved output, the gather's
+                                     gradient and log_softmax's backward (the forward's peak, output and the
+                                     entropy metric's exp and product, is also 3)
+    runtime      R (CPU: 45 MiB)     what a process's first training step leaves resident besides the tensors:
+                                     the code of the kernels it runs (libtorch's pages, 13 MiB) and the heap of
+                                     the allocator's and autograd's small objects (16-22 MiB); measured after the
+                                     steps, 37 MiB (tiny model) to 52 MiB (SmolLM2-135M). `runtime_bytes`: 0 for
+                                     GPUs, where the CUDA context is the planner's `memory_fraction` headroom
 
 Engine replica (tensor parallel t): weights P s / t, and the KV cache of the sequences it decodes at once,
 b x context x kappa / t, with b the trajectories in flight per replica capped by its decode batch.
@@ -26,6 +33,8 @@ from typing import Any
 from trainer.planner.specs import ModelSpec
 
 GB = 1e9
+CPU_RUNTIME_BYTES = 45 * 2**20
+"""The `runtime` term of a CPU learner process (module docstring): kernel code and the heap a step leaves."""
 
 
 @dataclass(frozen=True)
@@ -37,13 +46,14 @@ class LearnerMemory:
     gathered: float
     activations: float
     logits: float
+    runtime: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.state + self.ddp_buckets + self.gathered + self.activations + self.logits
+        return self.state + self.ddp_buckets + self.gathered + self.activations + self.logits + self.runtime
 
     def parts_gb(self) -> dict[str, float]:
-        return {k: v / GB for k, v in asdict(self).items()}
+        return {k: v / GB for k, v in asdict(self).items() if v or k != "runtime"}  # no runtime row on GPUs
 
 
 def _embedding_params(m: ModelSpec) -> float:
@@ -61,9 +71,11 @@ def activation_elements_per_token(m: ModelSpec) -> float:
 
 
 def learner_memory(m: ModelSpec, *, strategy: str, ranks: int, micro_batch_tokens: float, checkpointing: bool,
-                   policy_fraction: float = 1.0, compute_bytes: int = 2, tp: int = 1, pp: int = 1) -> LearnerMemory:
+                   policy_fraction: float = 1.0, compute_bytes: int = 2, tp: int = 1, pp: int = 1,
+                   runtime_bytes: float = 0.0) -> LearnerMemory:
     """Bytes per device of one learner rank. `strategy`: `ddp` (state replicated) or `fsdp2` (sharded over
-    `ranks`); `tp`/`pp` divide weights and activations for trainers with model parallelism (the planner's)."""
+    `ranks`); `tp`/`pp` divide weights and activations for trainers with model parallelism (the planner's);
+    `runtime_bytes`: the process's own runtime (CPU_RUNTIME_BYTES for a CPU learner)."""
     p = m.params_b * 1e9
     model_par = tp * pp
     sharded = strategy == "fsdp2" and ranks > 1
@@ -73,8 +85,8 @@ def learner_memory(m: ModelSpec, *, strategy: str, ranks: int, micro_batch_token
     t, a = micro_batch_tokens, activation_elements_per_token(m) / tp
     layers = m.layers / pp
     act = (layers * t * m.hidden + t * a) * compute_bytes if checkpointing else layers * t * a * compute_bytes
-    logits = 4 * policy_fraction * t * m.vocab * 4 / tp
-    return LearnerMemory(state, buckets, gathered, act, logits)
+    logits = 3 * policy_fraction * t * m.vocab * 4 / tp
+    return LearnerMemory(state, buckets, gathered, act, logits, runtime_bytes)
 
 
 def engine_memory_gb(m: ModelSpec, *, tp: int, sequences: float, context_tokens: float) -> dict[str, float]:
