@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.ranges import ranged
-from serving.config import EngineBackend
 
 if TYPE_CHECKING:
     from core.rundir import RunConfig
@@ -20,16 +19,16 @@ if TYPE_CHECKING:
 FormatName = Literal["asearcher", "hermes"]
 Prefill = Literal["none", "tags", "answer", "think"]
 PromptLayout = Literal["system", "user"]
-JudgeBackend = Literal[EngineBackend, "openai"]
 
 
 @dataclass
 class JudgeConfig:
     """An LLM judge: any engine backend, or any OpenAI-compatible chat endpoint."""
 
-    backend: JudgeBackend = "embedded"
-    """`embedded` (the model in-process; in training one shared Ray actor), `http` (our server), `vllm`,
-    `sglang` (servers at `urls`) or `openai` (any OpenAI-compatible chat-completions endpoint at `urls[0]`)."""
+    backend: str = "embedded"
+    """An engine backend (serving/backends.py): `embedded` (the model in-process; in training one shared Ray
+    actor), `http` (our server), `vllm`, `sglang` (servers at `urls`); or `openai` (any OpenAI-compatible
+    chat-completions endpoint at `urls[0]`)."""
     model: str = "smollm2-135m-instruct"
     """Judge model: a model spec for the engine backends, the model name sent to an `openai` endpoint."""
     urls: list[str] = field(default_factory=list)

@@ -37,9 +37,9 @@ import asyncio
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
-from agent.config import JudgeBackend, JudgeConfig
+from agent.config import JudgeConfig
 from agent.verdicts import (
     JUDGE_PROMPT,
     JUDGE_PROMPT_VERSION,
@@ -57,8 +57,6 @@ from serving.factory import chat_prompt_ids, is_chat_client
 from serving.protocol import GenerateRequest, InferenceEngine, SamplingParams, generate_continuing
 
 log = get_logger(__name__)
-
-JUDGE_BACKENDS: tuple[str, ...] = get_args(JudgeBackend)
 
 
 def _transport_urls(transport: Any) -> list[str]:
@@ -311,6 +309,9 @@ def build_judge(cfg: JudgeConfig, engine: InferenceEngine | None = None, prompt:
         return LLMJudge(engine, cfg.model, **common, backend=cfg.backend, owns_transport=False)
     check_choices(cfg, "agent.judge")
     check_ranges(cfg, "agent.judge")
+    from serving.backends import ENGINE_BACKENDS
+
+    ENGINE_BACKENDS.check(cfg.backend, ("openai",), key="agent.judge.backend")
     from serving.factory import build_llm
     from serving.servers.openai_chat import public_url
 

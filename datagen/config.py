@@ -16,16 +16,16 @@ LinkSource = Literal["mentions", "file"]
 DifficultyJudge = Literal["llm", "match"]
 UniquenessJudge = Literal["llm", "statements"]
 Extractor = Literal["llm", "sentences"]
-LLMBackend = Literal["embedded", "http", "vllm", "sglang", "openai"]
 
 
 @dataclass
 class LLMConfig:
     """One model of the synthesis pipeline (generator or solver): any engine backend or OpenAI endpoint."""
 
-    backend: LLMBackend = "embedded"
-    """`embedded` (in this process; roles naming the same embedded model share one copy), `http`, `vllm`,
-    `sglang` (servers at `urls`) or `openai` (any OpenAI-compatible chat endpoint at `urls[0]`)."""
+    backend: str = "embedded"
+    """An engine backend (serving/backends.py): `embedded` (in this process; roles naming the same embedded
+    model share one copy), `http`, `vllm`, `sglang` (servers at `urls`); or `openai` (any OpenAI-compatible
+    chat endpoint at `urls[0]`)."""
     model: str = "smollm2-135m-instruct"
     """A model spec for the engine backends, the model name sent to an `openai` endpoint."""
     urls: list[str] = field(default_factory=list)

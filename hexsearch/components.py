@@ -26,6 +26,11 @@ COMPONENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "eval.primary": ("eval.scorers:SCORERS", PRIMARY_KEYWORDS),
     "datagen.actions": ("datagen.actions:ACTIONS", ()),
     "tools.builtin": ("tools.builtin:BUILTIN_TOOLS", ()),
+    "engine.backend": ("serving.backends:ENGINE_BACKENDS", ()),
+    "agent.judge.backend": ("serving.backends:ENGINE_BACKENDS", ("openai",)),
+    "datagen.generator.backend": ("serving.backends:ENGINE_BACKENDS", ("openai",)),
+    "datagen.solver.backend": ("serving.backends:ENGINE_BACKENDS", ("openai",)),
+    "datagen.judge.backend": ("serving.backends:ENGINE_BACKENDS", ("openai",)),
 }
 """Dotted config key -> (`module:attribute` of its Registry, the field's own keywords)."""
 
@@ -46,8 +51,9 @@ def check_components(cfg: Any) -> None:
     """Every field of COMPONENT_FIELDS names a keyword, a registered part or an import path; ComponentError
     (a ValueError naming the key and the valid names) otherwise."""
     for key, (_, keywords) in COMPONENT_FIELDS.items():
-        section, _, name = key.rpartition(".")
-        value = getattr(getattr(cfg, section), name)
+        value = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
         registry = registry_of(key)
         for spec in value if isinstance(value, (list, tuple)) else [value]:
             registry.check(spec, keywords, key=key)

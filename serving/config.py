@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal
 
 from core.ranges import ranged
 
-RemoteBackend = Literal["http", "vllm", "sglang"]
-"""Engine backends that are clients of servers at `engine.urls`."""
-EngineBackend = Literal["embedded", RemoteBackend]
-"""Every engine backend (`engine.backend`)."""
-REMOTE_BACKENDS: tuple[str, ...] = get_args(RemoteBackend)
 Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 
 
@@ -19,8 +14,9 @@ Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 class EngineConfig:
     model: str = "smollm2-135m-instruct"
     """Model spec: a built-in alias (`smollm2-135m-instruct`, `tiny-random`), a local HF folder, or a hub id."""
-    backend: EngineBackend = "embedded"
-    """`embedded` (transformers in this process), `http` (our OpenAI-compatible server), `vllm` or `sglang`."""
+    backend: str = "embedded"
+    """`embedded` (transformers in this process), `http` (our OpenAI-compatible server), `vllm`, `sglang`, or
+    a backend of your own (serving/backends.py: a registered name or `pkg.mod:BACKEND`)."""
     urls: list[str] = field(default_factory=list)
     """Base URLs of remote servers for the `http`, `vllm` and `sglang` backends (a pool when several)."""
     dtype: Dtype = "auto"

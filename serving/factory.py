@@ -2,33 +2,29 @@
 
     engine = build_engine(cfg.engine)     # EngineConfig -> InferenceEngine
 
-`embedded` loads the model into this process (serving.engines.embedded.EmbeddedEngine). The remote backends
-(`http` for our own server, `vllm`, `sglang`) are clients of servers named by `urls`.
+The backend's record (serving/backends.py) says how: `embedded` loads the model into this process; the
+remote backends (`http` for our own server, `vllm`, `sglang`, or your own) are clients of servers named by
+`urls`, pooled when there are several.
 """
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any
 
 from core.choices import check_choices
 from core.ranges import check_ranges
-from serving.config import EngineBackend, EngineConfig
+from serving.backends import engine_backend
+from serving.config import EngineConfig
 from serving.protocol import InferenceEngine
-
-BACKENDS: tuple[str, ...] = get_args(EngineBackend)
 
 
 def build_engine(cfg: EngineConfig) -> InferenceEngine:
     """An engine for `cfg` (raises ValueError naming the key and the valid values for an unknown backend or dtype)."""
     check_choices(cfg, "engine")
     check_ranges(cfg, "engine")
-    if cfg.backend == "embedded":
-        from serving.engines.embedded import EmbeddedEngine
-
-        return EmbeddedEngine(
-            cfg.model, dtype=cfg.dtype, device=cfg.device, max_batch_size=cfg.max_batch_size,
-            max_model_len=cfg.max_model_len, prefill_chunk_tokens=cfg.prefill_chunk_tokens,
-            kv_cache_gb=cfg.kv_cache_gb, prefix_cache_gb=cfg.prefix_cache_gb, threads=cfg.threads, seed=cfg.seed)
+    backend = engine_backend(cfg.backend)
+    if backend.engine is not None:
+        return backend.engine(cfg)
     from serving.engines.pool import build_remote
 
     return build_remote(cfg.backend, list(cfg.urls), cfg.model, request_timeout_s=cfg.request_timeout_s)

@@ -67,7 +67,7 @@ def runs_of(tmp_path: Path, kind: str) -> list[Path]:
 def check(tmp_path: Path, results: dict[str, subprocess.CompletedProcess]) -> None:
     files, commands = doc_blocks()
     assert set(files) == {"my_reward.py", "calculator.py", "calculator.yaml", "weather_server.py", "weather.yaml",
-                          "my_policy.py", "my_workflow.py", "my_suite.py", "preds.jsonl"}
+                          "my_policy.py", "my_workflow.py", "my_suite.py", "preds.jsonl", "my_backend.py"}
     for name, body in files.items():
         if name.endswith(".py"):
             assert len(body.strip().splitlines()) < 30, name  # each example is short enough to read at once
@@ -84,6 +84,8 @@ def check(tmp_path: Path, results: dict[str, subprocess.CompletedProcess]) -> No
     assert "RESULT eval_score suite=my_suite:LINES rows=2 correct=1 accuracy=0.5000" in scored
     assert [r["scores"] for r in rows(tmp_path / "scored.jsonl")] == [
         {"my_suite:same_number": 1.0, "em": 0.0}, {"my_suite:same_number": 0.0, "em": 0.0}]
+    calls = [line.split() for line in (tmp_path / "engine_calls.log").read_text().splitlines()]
+    assert calls and all(int(prompt) > 0 and int(out) > 0 for prompt, out in calls)  # the user's backend served
     asks = [rows(run / "trajectories" / "ask.jsonl")[0] for run in runs_of(tmp_path, "ask")]
     assert {a["meta"]["context_policy"] for a in asks} >= {"my_policy:NewestOnly"}
     assert any(a["meta"].get("hint") == " Answer with at most three words." for a in asks)

@@ -84,7 +84,7 @@ async def test_slow_judge_call_times_out_and_raises(tmp_path, tokenizer):
 def test_build_judge_errors_and_shared_engine(tmp_path, tokenizer):
     with pytest.raises(ValueError, match=r"needs agent.judge.urls"):
         build_judge(JudgeConfig(backend="openai", model="gpt-x", urls=[]))
-    with pytest.raises(ValueError, match=r"agent.judge.backend: invalid value 'bogus'; valid: .*openai"):
+    with pytest.raises(ValueError, match=r"agent.judge.backend: unknown engine backend 'bogus'. Valid: openai, embedded, http, vllm, sglang"):
         build_judge(JudgeConfig(backend="bogus"))
     engine = ScriptedEngine([], tokenizer=tokenizer)
     judge = build_judge(JudgeConfig(model="judge-m", cache=str(tmp_path / "c.sqlite"), timeout_s=7), engine=engine)

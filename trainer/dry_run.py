@@ -33,7 +33,6 @@ from trainer.planner.specs import (
 from trainer.staleness import inflight_trajectories
 
 PLANNER = CATALOG.parent
-GPU_ENGINES = ("vllm", "sglang")
 
 
 @dataclass
@@ -158,15 +157,19 @@ def _pack(roles: list[Role], nodes: list[tuple[str, int]], cfg: FullConfig) -> d
 
 
 def dry_run(cfg: FullConfig, gpu: str = "H100", gpus_per_node: int = 8) -> DryRun:
+    from serving.backends import engine_backend
+
     t, e = cfg.train, cfg.engine
-    on_gpu = e.backend in GPU_ENGINES and not e.urls or e.device.startswith("cuda") or bool(cfg.plan.cluster) or (
+    backend = engine_backend(e.backend)
+    gpu_servers = backend.gpu_server and not e.urls  # servers this run would start, on GPUs
+    on_gpu = gpu_servers or e.device.startswith("cuda") or bool(cfg.plan.cluster) or (
         t.learner_resources.num_gpus > 0)
-    serves = (e.backend in GPU_ENGINES and not e.urls) or e.backend == "embedded"
+    serves = gpu_servers or not backend.remote
     compute = 4 if (t.precision == "fp32" or (t.precision == "auto" and not on_gpu)) else 2
     weight_bytes = 4 if e.dtype == "float32" or (e.dtype == "auto" and not on_gpu) else 2
     m = _model_spec(cfg, weight_bytes)
     w, wname = _workload(cfg, on_gpu)
-    tp = max(1, e.tensor_parallel_size) if e.backend in GPU_ENGINES else 1
+    tp = max(1, e.tensor_parallel_size) if backend.gpu_server else 1
     inflight = inflight_trajectories(t)
 
     lm = learner_memory(m, strategy=t.learner.strategy, ranks=t.learner_workers, micro_batch_tokens=t.micro_batch_tokens,
@@ -180,7 +183,7 @@ def dry_run(cfg: FullConfig, gpu: str = "H100", gpus_per_node: int = 8) -> DryRu
         seqs = min(per_replica, e.max_batch_size)
         context = min(cfg.agent.max_context_tokens, e.max_model_len)
         em = engine_memory_gb(m, tp=tp, sequences=seqs, context_tokens=context)
-        if e.backend == "embedded":  # its own bounds: the running batch's KV and the finished requests' prefix cache
+        if not backend.remote:  # the embedded engine's own bounds: the running batch's KV and the finished requests' prefix cache
             em["kv_cache"] = min(em["kv_cache"], e.kv_cache_gb) + e.prefix_cache_gb
             note = f"{seqs} sequences at once; KV bounded by engine.kv_cache_gb"
         else:
@@ -198,7 +201,7 @@ def dry_run(cfg: FullConfig, gpu: str = "H100", gpus_per_node: int = 8) -> DryRu
                 shortfalls.append(f"dry-run: {r.name} needs {r.actors * r.devices_each} {name} GPUs, the nodes have "
                                   f"{sum(n for _, n in nodes)} for all roles: short by {r.actors * r.devices_each - len(r.placed)}")
         full_context = (min(cfg.agent.max_context_tokens, e.max_model_len) * m.kv_bytes_per_token / tp / 1e9
-                        if serves and e.backend != "embedded" else 0.0)
+                        if serves and backend.remote else 0.0)
         for r in roles:
             need = r.gb + (full_context if r.name == "engine" and r.parts_gb["kv_cache"] < full_context else 0.0)
             if need > usable:

@@ -45,29 +45,14 @@ class ServerActor:
         """Launch the server (on the port it had, after a restart) and wait until it is healthy; its URL."""
         import ray
 
-        from serving.launch import servers as launch
+        from serving.backends import LaunchSpec, engine_backend
 
-        cfg, tp = self.cfg, max(1, self.cfg.tensor_parallel_size)
-        if cfg.backend == "vllm":
-            extra = ["--tensor-parallel-size", str(tp)] if tp > 1 else []
-            from serving.launch.vllm_setup import rl_weight_args
-
-            share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 1.0))
-            if 0 < share < 1:  # a GPU shared with a learner: vLLM takes its part of the memory only
-                extra += ["--gpu-memory-utilization", f"{0.85 * share:.2f}"]
-            args, env = rl_weight_args(self.lora_rank, self.transfer)  # adapters or NCCL (serving/remote/weight_transfer.py)
-            extra += args
-            self.server = launch.start_vllm_server(cfg.model, run=self.run_path, host=self.host, port=self.port,
-                                                   max_model_len=cfg.max_model_len, kv_cache_gb=cfg.kv_cache_gb,
-                                                   dtype=cfg.dtype, extra_args=extra, name=self.name, env=env)
-        elif cfg.backend == "sglang":
-            self.server = launch.start_sglang_server(cfg.model, run=self.run_path, host=self.host, port=self.port,
-                                                     tp=tp, max_model_len=cfg.max_model_len, name=self.name)
-        else:
-            self.server = launch.start_engine_server(cfg.model, host=self.host, port=self.port, dtype=cfg.dtype,
-                                                     max_batch_size=cfg.max_batch_size,
-                                                     max_model_len=cfg.max_model_len, run_dir=self.run_path,
-                                                     name=self.name, token=self.token)
+        launch = engine_backend(self.cfg.backend).launch
+        if launch is None:
+            raise ValueError(f"engine.backend={self.cfg.backend} cannot start its own servers: give engine.urls")
+        share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 1.0))
+        self.server = launch(self.cfg, LaunchSpec(self.host, self.port, self.run_path, self.name, self.token,
+                                                  self.lora_rank, self.transfer, share))
         self.port = int(self.server.url.rsplit(":", 1)[1])
         return self.server.url
 
@@ -116,7 +101,9 @@ class ManagedServers:
         # GPUs per server: train.engine_resources.num_gpus as placed by trainer/placement.plan_gpus (a share of one
         # GPU on a small machine), else engine.tensor_parallel_size; none for our own `http` server, nor on a
         # cluster without GPUs (vLLM-CPU; `engine.device=cuda` there was refused by plan_gpus already)
-        cpu_only = backend == "http" or ray.cluster_resources().get("GPU", 0.0) == 0
+        from serving.backends import engine_backend
+
+        cpu_only = not engine_backend(backend).gpu_server or ray.cluster_resources().get("GPU", 0.0) == 0
         gpus = 0.0 if cpu_only else (t.engine_resources.num_gpus or float(max(1, cfg.engine.tensor_parallel_size)))
         if gpus and ray.cluster_resources().get("GPU", 0.0) < gpus * t.engine_replicas:
             raise RuntimeError(f"engine.backend={backend} without engine.urls starts {t.engine_replicas} server(s) of "

@@ -109,7 +109,9 @@ class Runtime:
         init_ray(t, embedded, judge_actor)
         import ray
 
-        managed = cfg.engine.backend in ("vllm", "sglang") and not cfg.engine.urls  # servers started here, on GPUs
+        from serving.backends import engine_backend
+
+        managed = engine_backend(cfg.engine.backend).gpu_server and not cfg.engine.urls  # servers started here, on GPUs
         t = plan_gpus(t, cfg.engine.device, embedded or managed, float(ray.cluster_resources().get("GPU", 0.0)),
                       tp=max(1, cfg.engine.tensor_parallel_size) if managed else 1)
         cfg = self.cfg = replace(cfg, train=t)

@@ -50,7 +50,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.config import REMOTE_BACKENDS
 from serving.protocol import Completion, GenerateRequest, PauseMode, WeightSource, is_checkpoint_dir
 from serving.remote.client import EngineRequestError, EngineUnavailable, GenerationLost, RemoteEngine
 
@@ -350,18 +349,14 @@ def build_remote(backend: str, urls: list[str], model: str, *, request_timeout_s
     if not urls:
         raise ValueError(f"engine backend '{backend}' needs engine.urls (start a server with "
                          "`hexsearch serve engine|vllm` and name its URL, e.g. engine.urls=[http://127.0.0.1:8000])")
-    if backend in ("http", "vllm"):
-        from serving.remote.vllm import VLLMEngine
+    from serving.backends import ENGINE_BACKENDS, engine_backend
 
-        engines: list[RemoteEngine] = [VLLMEngine(u, model, backend=backend, request_timeout_s=request_timeout_s,
-                                                          token=token)
-                                       for u in urls]
-    elif backend == "sglang":
-        from serving.remote.sglang import SGLangEngine
-
-        engines = [SGLangEngine(u, model, request_timeout_s=request_timeout_s, token=token) for u in urls]
-    else:
-        raise ValueError(f"unknown remote backend '{backend}'; valid: {', '.join(REMOTE_BACKENDS)}")
+    client = engine_backend(backend).client
+    if client is None:
+        remote = [n for n in ENGINE_BACKENDS.names() if engine_backend(n).remote]
+        raise ValueError(f"engine backend '{backend}' runs in-process, not as a client of servers; the remote "
+                         f"backends: {', '.join(remote)}")
+    engines: list[RemoteEngine] = [client(u, model, request_timeout_s=request_timeout_s, token=token) for u in urls]
     if len(engines) == 1:
         return engines[0]
     tokenizer = engines[0].tokenizer  # one tokenizer for all: the servers serve the same model
