@@ -48,8 +48,9 @@ export RAY_AUTH_MODE=token
   "$RAY" get-auth-token --generate >/dev/null
 # Ports every node would otherwise take at fixed defaults (the dashboard agent's 52365, the client server's
 # 10001): fresh ones, so this cluster runs beside others on the machine.
-# A small object store per node: the tiny model's weights and the batches are a few MB.
-common=(--temp-dir="$dir" --object-store-memory=500000000 --disable-usage-stats)
+# A small object store per node: the tiny model's weights and the batches are a few MB. No GPUs: three
+# raylets on one machine would each claim all of its GPUs.
+common=(--temp-dir="$dir" --object-store-memory=500000000 --num-gpus=0 --disable-usage-stats)
 if [ "${NODES:-3}" = 1 ]; then   # the same roles on one node: the baseline a multi-node run is timed against
   head='{"engine_node": 1, "learner_node": 2, "rollout_slot": 3}'; cpus=6
 else

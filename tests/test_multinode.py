@@ -28,7 +28,7 @@ SCRIPT = ROOT / "scripts" / "local_cluster.sh"
 PROBE = """
 import json, sys, ray
 ray.init(address=sys.argv[1], log_to_driver=False)
-nodes = {n["NodeID"]: sorted(k for k in n["Resources"] if not k.startswith(("node:", "CPU", "memory", "object")))
+nodes = {n["NodeID"]: sorted(k for k in n["Resources"] if k in ("engine_node", "learner_node", "rollout_slot"))
          for n in ray.nodes()}
 rows = [{"cls": a["ActorClassName"], "job": a["JobID"], "node": a["Address"]["NodeID"],
          "labels": nodes.get(a["Address"]["NodeID"])} for a in ray._private.state.actors().values()]
