@@ -24,13 +24,12 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from agent.config import AgentConfig, Prefill
 from agent.context import Block, TokenContext, make_policy, trim_tail
 from agent.episode_tools import Delivery, as_item, call_tool, check_schema, deliveries_for
+from agent.events import AgentEvent, EventFn
 from agent.formats import make_format
 from agent.parser import parse_read
 from agent.prompts import CONTINUE_NUDGE, FORMAT_ERROR, render_prompt
@@ -45,22 +44,6 @@ from tools.protocol import Tool
 
 log = get_logger(__name__)
 PREFILL_MODES: tuple[str, ...] = get_args(Prefill)
-
-
-@dataclass
-class AgentEvent:
-    """Something that happened in an episode, for live traces (`hexsearch ask`) and logging."""
-
-    kind: str
-    """start, append (harness text entering the context), llm, thought, notes, tool_call, tool_result,
-    answer, format_error, stub, compact, stop."""
-    turn: int
-    data: dict[str, Any] = field(default_factory=dict)
-    t: float = 0.0
-    """Seconds since the episode started."""
-
-
-EventFn = Callable[[AgentEvent], None]
 
 
 class Agent:

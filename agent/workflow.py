@@ -28,8 +28,9 @@ from dataclasses import replace
 from typing import Any
 
 from agent.config import WorkflowConfig
+from agent.events import EventFn
 from agent.judge import build_judge
-from agent.loop import Agent, EventFn
+from agent.loop import Agent
 from agent.rewards import resolve_reward
 from agent.trajectory import Trajectory
 from core.registry import ComponentError, Registry

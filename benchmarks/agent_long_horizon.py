@@ -48,8 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import fmt, kv, spread, write_result  # noqa: E402
 
 from agent.config import AgentConfig  # noqa: E402
+from agent.events import AgentEvent  # noqa: E402
 from agent.localtools import MemoryPages, MemorySearch  # noqa: E402
-from agent.loop import Agent, AgentEvent  # noqa: E402
+from agent.loop import Agent  # noqa: E402
 from agent.qa import QAItem  # noqa: E402
 from serving.engines.scripted import ScriptedEngine  # noqa: E402
 from serving.models import load_tokenizer  # noqa: E402

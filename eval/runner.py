@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 
 from core.checkpoint import append_row, read_rows
 from eval.config import EvalRunConfig
-from eval.suites import DEFAULT_SCORERS as DEFAULT_SCORERS  # suite -> scorers, for trainer.runtime
 from eval.suites import get_suite
 
 

@@ -12,7 +12,7 @@ the offline world, may be given no path and gets `world_config` too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -88,21 +88,3 @@ def load_suite(suite: str, path: PathLike | None, *, limit: int | None = None,
     data.encrypted = data.encrypted or found.encrypted
     return data
 
-
-class _DefaultScorers(Mapping[str, list[str]]):
-    """Suite name -> its default scorers, read from SUITES (for callers that index by name)."""
-
-    def __getitem__(self, name: str) -> list[str]:
-        if name not in SUITES:
-            raise KeyError(name)
-        return list(get_suite(name).scorers)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(SUITES.names())
-
-    def __len__(self) -> int:
-        return len(SUITES.names())
-
-
-DEFAULT_SCORERS: Mapping[str, list[str]] = _DefaultScorers()
-"""Suite name -> the rule-based scorers it reports (a live view of SUITES, nothing written twice)."""

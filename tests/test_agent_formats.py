@@ -7,9 +7,10 @@ import json
 from test_agent_loop import DOCS, ITEM, LONG_PAGE, PAGES, charwise, check_token_exact, tools
 
 from agent.config import AgentConfig
+from agent.events import AgentEvent
 from agent.judge import LLMJudge
 from agent.localtools import MemoryPages, MemorySearch
-from agent.loop import AgentEvent, run_episode
+from agent.loop import run_episode
 from agent.prompts import chat_markers
 from agent.qa import QAItem
 from serving.engines.scripted import ScriptedEngine

@@ -11,8 +11,9 @@ import asyncio
 import pytest
 
 from agent.config import AgentConfig
+from agent.events import AgentEvent
 from agent.localtools import MemoryPages, MemorySearch
-from agent.loop import AgentEvent, run_episode
+from agent.loop import run_episode
 from agent.qa import QAItem
 from agent.trajectory import Trajectory
 from serving.engines.scripted import ScriptedEngine, ScriptedOutput

@@ -249,10 +249,10 @@ class Runtime:
         """`eval/<scorer>` means under `train.eval_suite`'s rule-based scorers (the same code `hexsearch eval` runs)."""
         if not self.train_cfg.eval_suite:
             return {}
-        from eval.runner import DEFAULT_SCORERS
         from eval.scorers import score_all
+        from eval.suites import get_suite
 
-        names = DEFAULT_SCORERS.get(self.train_cfg.eval_suite.split("-")[0], ["em", "f1"])
+        names = list(get_suite(self.train_cfg.eval_suite).scorers)
         scores = [score_all(tr.prediction, tr.gold, names) for tr in trajs]
         return {f"eval/{name}": sum(s[name] for s in scores) / len(scores) for name in names}
 
