@@ -18,7 +18,7 @@ from fixtures.uploads import oversized_upload
 
 from serving.engines.pool import EnginePool
 from serving.engines.scripted import ScriptedEngine
-from serving.remote.client import EngineRequestError
+from serving.remote.transport import EngineRequestError
 from serving.remote.vllm import VLLMEngine
 from serving.servers.engine_server import create_app
 from serving.servers.retrieval_server import ServerThread

@@ -22,7 +22,7 @@ from serving.engines.pool import EnginePool, NoLiveServer
 from serving.factory import build_engine
 from serving.launch.servers import free_port, start_engine_server
 from serving.protocol import GenerateRequest, SamplingParams, generate_continuing
-from serving.remote.client import GenerationLost
+from serving.remote.transport import GenerationLost
 from serving.remote.vllm import VLLMEngine
 
 pytestmark = pytest.mark.timeout(600)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from serving.protocol import GenerateRequest, SamplingParams
-from serving.remote.client import EngineRequestError, EngineUnavailable, GenerationLost
+from serving.remote.transport import EngineRequestError, EngineUnavailable, GenerationLost
 from serving.remote.vllm import VLLMEngine
 
 pytestmark = pytest.mark.timeout(600)

@@ -21,8 +21,8 @@ from fastapi import FastAPI, Request  # module level: FastAPI resolves the strin
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from serving.protocol import GenerateRequest, SamplingParams
-from serving.remote.client import EngineRequestError
 from serving.remote.sglang import SGLangEngine
+from serving.remote.transport import EngineRequestError
 
 pytestmark = pytest.mark.timeout(600)
 EXACT = {"temperature": 1.0, "seed": 1234}

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from serving.protocol import GenerateRequest, SamplingParams
-from serving.remote.client import EngineRequestError
+from serving.remote.transport import EngineRequestError
 from serving.remote.vllm import VLLMEngine
 
 pytestmark = pytest.mark.timeout(900)

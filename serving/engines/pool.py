@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.protocol import Completion, GenerateRequest, PauseMode, WeightSource, is_checkpoint_dir
-from serving.remote.client import EngineRequestError, EngineUnavailable, GenerationLost, RemoteEngine
+from serving.remote.client import RemoteEngine
+from serving.remote.transport import EngineRequestError, EngineUnavailable, GenerationLost
 
 log = logging.getLogger(__name__)
 

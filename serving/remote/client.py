@@ -1,8 +1,9 @@
 """Remote inference engines: the InferenceEngine protocol over HTTP to vLLM, SGLang or our own server.
 
-`RemoteEngine` holds everything the dialects share — the HTTP client, the pause gate, per-call
-version tagging, draining, error classification — and the dialects (`serving.remote.vllm`,
-`serving.remote.sglang`) only build payloads and parse replies.
+`RemoteEngine` holds everything the dialects share — the pause gate, per-call version tagging,
+draining, weight updates, health — on top of the HTTP layer (`serving.remote.transport`: the client,
+the retry, error classification), and the dialects (`serving.remote.vllm`, `serving.remote.sglang`)
+only build payloads and parse replies.
 
 Per-token versions, and the tagging race (AReaL §1.4). AReaL stamps a chunk with the version read
 when the chunk *returns*, which is wrong when an aborted chunk comes back after the update. Here a
@@ -25,20 +26,14 @@ and updates the server, which is how hexsearch drives engines (the pool fans the
 out through the same objects that generate). Another process updating the same server is
 seen only through `health()` (which re-reads the server's version), not per call.
 
-Errors, classified so that a pool can retry without ever duplicating a generation:
-- `EngineUnavailable`: the request provably never reached a server (connect or write failure).
-- `EngineRequestError`: the server answered with an error status (`retryable` for 5xx: no result
-  exists; 4xx means the request itself is bad).
-- `GenerationLost`: the request was sent and the reply never came (read timeout, dropped
-  connection). The server may have finished (or still be running) the generation, so nothing here
-  resubmits it; see `serving.engines.pool` for the one case where that is still safe.
+Errors are those of the HTTP layer (`EngineUnavailable`, `EngineRequestError`, `GenerationLost`,
+serving/remote/transport.py), classified so that a pool can retry without duplicating a generation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -49,26 +44,15 @@ from typing import Any
 import httpx
 
 from serving.protocol import Completion, GenerateRequest, PauseMode, WeightSource, is_checkpoint_dir
+from serving.remote.transport import (
+    EngineRequestError,
+    EngineUnavailable,
+    GenerationLost,
+    HttpTransport,
+    parse_version,
+)
 
 log = logging.getLogger(__name__)
-
-
-class EngineUnavailable(ConnectionError):
-    """The request never reached the server (refused, unreachable, or its body could not be sent)."""
-
-
-class EngineRequestError(RuntimeError):
-    """The server answered with an HTTP error status."""
-
-    def __init__(self, url: str, path: str, status: int, detail: str):
-        super().__init__(f"{url}{path}: HTTP {status}: {detail[:500]}")
-        self.status = status
-        self.retryable = status >= 500 or status == 429
-        """True when no result exists and resubmitting elsewhere is safe (server-side failure)."""
-
-
-class GenerationLost(RuntimeError):
-    """A generate call was sent but its reply never arrived; it may have completed on the server."""
 
 
 @dataclass
@@ -83,7 +67,7 @@ class _Call:
     """Still on the wire after a pause's drain gave up; its version stamp may be wrong."""
 
 
-class RemoteEngine(ABC):
+class RemoteEngine(HttpTransport, ABC):
     """Shared client machinery for one remote server. Dialects implement the `_` hooks below."""
 
     backend = "remote"
@@ -94,24 +78,17 @@ class RemoteEngine(ABC):
         """`url` is the server's base URL; `model` is the model spec the server serves (the tokenizer is
         loaded locally from it, so clients tokenise tool text exactly as the server does). `token`: the
         server's control token, sent as a bearer token (default: $HEXSEARCH_ENGINE_TOKEN when set)."""
-        self.url = url.rstrip("/")
-        if "://" not in self.url:
-            self.url = "http://" + self.url
+        super().__init__(url, request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s, token=token)
         self.model = model
         self._tokenizer = tokenizer
-        self.request_timeout_s = request_timeout_s
-        self.connect_timeout_s = connect_timeout_s
         self.drain_timeout_s = drain_timeout_s
         self.send_seed = send_seed
-        self.token = token
         self._version = 0
         self._version_known = False
         self._paused = False
         self._connected = False
         self._max_model_len: int | None = None
         self._calls: dict[str, _Call] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
         self._gate: asyncio.Event | None = None
         self._changed: asyncio.Condition | None = None
         self._control: asyncio.Lock | None = None
@@ -250,34 +227,18 @@ class RemoteEngine(ABC):
                     "unreachable": isinstance(e, EngineUnavailable)}
         return {**figures, "ok": True, "version": self._version}
 
-    async def aclose(self) -> None:
-        """Close the HTTP connections (the server keeps running)."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
     # ---- shared machinery -------------------------------------------------------------------
 
-    def _bind_loop(self) -> None:
-        """(Re)create loop-bound objects when called from a new event loop (tests, asyncio.run)."""
-        loop = asyncio.get_running_loop()
-        if loop is self._loop:
-            return
-        self._loop = loop
-        # Idle connections are dropped after 2 s, before servers do (uvicorn closes them after 5 s):
-        # reusing one the server is closing fails as "disconnected", which would look like a lost reply.
-        limits = httpx.Limits(max_connections=4096, max_keepalive_connections=256, keepalive_expiry=2.0)
-        # Environment proxies are ignored (as the tools do): engine traffic stays on the configured address.
-        # The control token of our engine server, when set, goes with every call.
-        token = self.token or os.environ.get("HEXSEARCH_ENGINE_TOKEN")
-        self._client = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(
-            self.request_timeout_s, connect=self.connect_timeout_s), trust_env=False,
-            headers={"Authorization": f"Bearer {token}"} if token else None)
+    def _bind_loop(self) -> bool:
+        """The HTTP client (HttpTransport) plus the pause gate and the locks, which are loop-bound too."""
+        if not super()._bind_loop():
+            return False
         self._gate = asyncio.Event()
         if not self._paused:
             self._gate.set()
         self._changed = asyncio.Condition()
         self._control = asyncio.Lock()
+        return True
 
     async def _ensure_connected(self) -> None:
         if not self._connected:
@@ -360,47 +321,6 @@ class RemoteEngine(ABC):
         if pending & set(self._calls):
             log.warning("%s: %d calls still on the wire after pausing", self.url, len(pending & set(self._calls)))
 
-    async def _request(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
-                       headers: dict | None = None, timeout: float | None = None,
-                       generation: bool = False) -> Any:
-        """One HTTP call, with failures mapped onto EngineUnavailable / EngineRequestError / GenerationLost."""
-        if self._client is None:
-            self._bind_loop()
-        t = httpx.Timeout(timeout or self.request_timeout_s, connect=self.connect_timeout_s)
-        for attempt in (0, 1):
-            try:
-                resp = await self._client.request(method, self.url + path, json=json, params=params,
-                                                  headers=headers, timeout=t)
-                break
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteError,
-                    httpx.WriteTimeout, httpx.UnsupportedProtocol) as e:
-                raise EngineUnavailable(f"{self.url}{path}: not reachable ({type(e).__name__}: {e})") from e
-            except (httpx.ReadError, httpx.RemoteProtocolError) as e:
-                if method == "GET" and attempt == 0:
-                    continue  # reads are idempotent: one retry on a fresh connection
-                what = "generation" if generation else "request"
-                raise GenerationLost(f"{self.url}{path}: {what} sent but no reply ({type(e).__name__}: {e})") from e
-            except httpx.ReadTimeout as e:
-                what = "generation" if generation else "request"
-                raise GenerationLost(f"{self.url}{path}: {what} sent but no reply ({type(e).__name__}: {e})") from e
-        if resp.status_code >= 400:
-            raise EngineRequestError(self.url, path, resp.status_code, resp.text)
-        if not resp.content:
-            return None
-        try:
-            return resp.json()
-        except ValueError:
-            return resp.text
-
-    async def _generated_tokens(self, counter: str) -> dict[str, int]:
-        """{"tokens_generated": n} from the server's Prometheus `/metrics` counter, {} when it has none."""
-        try:
-            metrics = await self._request("GET", "/metrics", timeout=10)
-        except EngineRequestError:
-            return {}
-        total = prometheus_total(metrics if isinstance(metrics, str) else "", counter)
-        return {} if total is None else {"tokens_generated": int(total)}
-
     def _stop_and_seed(self, sampling: Any, seed_key: str) -> dict[str, Any]:
         """The optional sampling fields both dialects name alike (stops, ignore_eos) plus the seed,
         which is sent only when `send_seed` allows (a per-request seed crashes vLLM-CPU)."""
@@ -462,24 +382,3 @@ class RemoteEngine(ABC):
     async def _server_figures(self, health_body: dict) -> dict[str, Any]:
         """Load figures (`server_load`, `tokens_generated` where known) and `server_version` (int or None)."""
 
-
-def parse_version(value: Any) -> int | None:
-    """A server's weight-version label as an int: "3" -> 3; "default" (vLLM's and SGLang's label for
-    the weights it started with, i.e. never updated) -> 0; None for any other label."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if value is None or str(value).strip() in ("", "default"):
-        return 0
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-
-
-def prometheus_total(text: str, name: str) -> float | None:
-    """Sum of a Prometheus counter over all its label sets (None when absent)."""
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith(name) and (line[len(name):len(name) + 1] in ("{", " "))]
-    return sum(values) if values else None

@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from serving.protocol import Completion, GenerateRequest, PauseMode
-from serving.remote.client import EngineRequestError, RemoteEngine
+from serving.remote.client import RemoteEngine
+from serving.remote.transport import EngineRequestError
 
 
 class SGLangEngine(RemoteEngine):

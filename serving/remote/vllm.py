@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from serving.protocol import Completion, GenerateRequest, PauseMode
-from serving.remote.client import EngineRequestError, RemoteEngine
+from serving.remote.client import RemoteEngine
+from serving.remote.transport import EngineRequestError
 
 
 class VLLMEngine(RemoteEngine):
