@@ -39,7 +39,8 @@ from typing import Any
 import torch
 
 from serving.engines import cpu_attention
-from serving.engines.embedded_batch import BatchRunner, EmbeddedCompletion, Seq
+from serving.engines.embedded_batch import BatchRunner
+from serving.engines.embedded_seq import EmbeddedCompletion, Seq
 from serving.engines.embedded_weights import LoraState, apply_update, capture_peft, read_folder
 from serving.protocol import Completion, GenerateRequest, is_checkpoint_dir
 

@@ -1,4 +1,5 @@
 """The running batch of the embedded engine: admission, chunked prefill, decoding steps, compaction.
+Each request in it is a `Seq` (serving/engines/embedded_seq.py).
 
 Every method here runs on the engine's scheduler thread (never on the event loop). Row layout in the
 SlotKVCache (one row per sequence, slot == position):
@@ -27,13 +28,12 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
 from serving.engines import cpu_attention, cpu_llama
+from serving.engines.embedded_seq import EmbeddedCompletion, Seq
 from serving.engines.kv import PrefixCache, PrefixEntry, SlotKVCache
-from serving.protocol import Completion, GenerateRequest
 from serving.sampling import BatchParams, sample
 
 STEM_MIN = 16
@@ -49,55 +49,6 @@ def fused_forward(model) -> tuple[cpu_llama.FusedLlama | None, str]:
     if why is not None:
         return None, f"transformers ({why})"
     return cpu_llama.FusedLlama(model), "fused (serving/engines/cpu_llama.py)"
-
-
-@dataclass
-class EmbeddedCompletion(Completion):
-    """A Completion plus what only the embedded engine reports."""
-
-    top_logprobs: list[list[tuple[int, float]]] | None = None
-    """Per output token, the most likely (token id, log-prob) pairs, when requested."""
-    prompt_ids: list[int] = field(default_factory=list)
-    """The prompt this completion continues (echoed for the HTTP server)."""
-
-
-@dataclass(eq=False)
-class Seq:
-    """One admitted or waiting request and everything produced for it so far."""
-
-    request: GenerateRequest
-    prompt: list[int]
-    max_new: int
-    stop_ids: frozenset[int]
-    stops: list[str]
-    stop_window: int
-    generator: torch.Generator | None
-    top_logprobs: int
-    deliver: Callable[[Completion | BaseException], None]
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    top: list[list[tuple[int, float]]] = field(default_factory=list)
-    kv_len: int = 0
-    row: int = -1
-    epoch: int = 0
-    done: bool = False
-    finish: tuple[str, str | int | None] | None = None
-    """(finish_reason, stop_reason) once a stop condition hit."""
-    leader: Seq | None = None
-    """Another waiting request with the same prompt whose prefill this one shares."""
-    followers: list[Seq] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.tokens = list(self.prompt)
-
-    @property
-    def n_out(self) -> int:
-        return len(self.tokens) - len(self.prompt)
-
-    @property
-    def projected_len(self) -> int:
-        return len(self.prompt) + self.max_new
 
 
 class BatchRunner:
