@@ -118,8 +118,8 @@ def flops(dims: dict, spans: list[tuple[int, int]], head_positions: int) -> floa
 def ours_spans(learner, samples: list, stem_length: int) -> list[tuple[int, int]]:
     """The position spans the learner's step computes: the stem once, a micro-batch's shared prefix once,
     each row from there on (trainer/learner.py `_stem`, `_hidden`)."""
-    from trainer.learner import _shared_prefix
     from trainer.packing import collate
+    from trainer.prefix_sharing import shared_prefix
 
     plan = learner._plan(samples)
     spans = [(0, stem_length)] if stem_length else []
@@ -129,7 +129,7 @@ def ours_spans(learner, samples: list, stem_length: int) -> list[tuple[int, int]
             spans += [(0, len(samples[i])) for i in idx]
             continue
         start = stem_length
-        shared = _shared_prefix(mb.input_ids, mb.attention_mask) if learner.share_prefix else 0
+        shared = shared_prefix(mb.input_ids, mb.attention_mask) if learner.share_prefix else 0
         if shared - start >= 16:
             spans.append((start, shared))
             start = shared

@@ -26,7 +26,8 @@ lm_head), which on CPU saves most of the vocabulary projection. Attention is SDP
 for rows that continue a cached prefix or are right-padded (trainer/attention.py: no [q, k] mask, half the work). Weights are kept in fp32 (master
 weights); on hardware with fast bf16 the forward runs under autocast (FSDP's mixed precision under fsdp2).
 How the ranks hold the model and combine gradients (plain, DDP, FSDP2) is trainer/strategy.py; the
-checkpoint format (torch.distributed.checkpoint shards, JSON metadata) is trainer/learner_state.py.
+checkpoint format (torch.distributed.checkpoint shards, JSON metadata) is trainer/learner_state.py;
+computing a shared prefix once (a group's question, a step's system prompt) is trainer/prefix_sharing.py.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from trainer.attention import ATTN_IMPLEMENTATION
 from trainer.config import TrainConfig
 from trainer.loss import LossStats, decoupled_ppo_loss, loglinear_prox_logp, sft_loss
 from trainer.packing import MicroBatch, Sample, collate, plan_micro_batches
+from trainer.prefix_sharing import Stem, shared_prefix
 from trainer.strategy import LearnerStrategy, PolicyForward
 
 
@@ -120,7 +122,7 @@ class Learner:
         return torch.autocast(self.device.split(":")[0], dtype=self.autocast)
 
     def _logp(self, mb: MicroBatch, with_entropy: bool = False,
-              stem: _Stem | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+              stem: Stem | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs of the policy tokens of a micro-batch (and their entropies)."""
         dev = self.device
         offset = 0 if stem is None else stem.length
@@ -144,7 +146,7 @@ class Learner:
         return logp, entropy
 
     def _hidden(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
-                stem: _Stem | None = None) -> torch.Tensor:
+                stem: Stem | None = None) -> torch.Tensor:
         """Final hidden states [rows, length - stem.length, dim] (columns from the end of the stem on).
 
         Rows that start with the same tokens (a group's question) share one forward of that prefix:
@@ -155,7 +157,7 @@ class Learner:
         dec = self.base.get_decoder()
         rows, start = ids.shape[0], 0 if stem is None else stem.length
         cache = None if stem is None else stem.cache()
-        shared = _shared_prefix(ids, mask) if self.share_prefix else 0
+        shared = shared_prefix(ids, mask) if self.share_prefix else 0
         parts = []
         if shared - start >= 16:
             head = dec(input_ids=ids[:1, start:shared], position_ids=pos[:1, start:shared], use_cache=True,
@@ -170,9 +172,9 @@ class Learner:
                    **{self._cache_kw: cache}, use_cache=True)
         return torch.cat([*parts, tail.last_hidden_state], dim=1)
 
-    def _stem(self, samples: list[Sample], micro_batches: int) -> _Stem | None:
+    def _stem(self, samples: list[Sample], micro_batches: int) -> Stem | None:
         """The prefix all samples of a step share, up to their first trained position (the system
-        prompt and worked examples): one forward, reused by every micro-batch (see `_Stem`)."""
+        prompt and worked examples): one forward, reused by every micro-batch (see `Stem`)."""
         if not self.share_prefix or micro_batches < 2 or self.strategy.lockstep:
             return None  # with several ranks its own backward would come after the gradient reduction
         first = samples[0].token_ids
@@ -185,7 +187,7 @@ class Learner:
             out = self.base.get_decoder()(input_ids=torch.tensor([first[:n]], device=dev),
                                           position_ids=torch.arange(n, device=dev)[None, :], use_cache=True)
         cache = getattr(out, "cache", None) or out.past_key_values
-        return _Stem(n, [(layer.keys, layer.values) for layer in cache.layers])
+        return Stem(n, [(layer.keys, layer.values) for layer in cache.layers])
 
     def _allreduce(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
@@ -379,41 +381,3 @@ class Learner:
         """Full copies of the trainable weights (under fsdp2 a collective: every rank calls it)."""
         return {n: self.strategy.full(p).detach().cpu().clone() for n, p in self.model.named_parameters()
                 if p.requires_grad}
-
-
-
-def _shared_prefix(ids: torch.Tensor, mask: torch.Tensor | None) -> int:
-    """Length of the token prefix every row shares (at most the shortest row minus one)."""
-    if ids.shape[0] < 2 or mask is None:
-        return 0
-    same = (ids == ids[:1]).all(dim=0).long()
-    common = int(same.cumprod(0).sum())
-    return max(0, min(common, int(mask.sum(1).min()) - 1))
-
-
-class _Stem:
-    """The keys/values of a step-wide shared prefix, computed once with gradients.
-
-    Every micro-batch starts from detached leaf copies of them, so its backward stops there and
-    accumulates d(loss)/d(keys, values) in the leaves; `backward()` then sends the summed gradient
-    through the stem's own forward once. Same gradient as running the stem in every micro-batch:
-    the total derivative is the sum over micro-batches, and backward is linear."""
-
-    def __init__(self, length: int, kv: list[tuple[torch.Tensor, torch.Tensor]]):
-        self.length, self.kv = length, kv
-        self.leaves = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in kv]
-
-    def cache(self):
-        from transformers import DynamicCache
-
-        return DynamicCache(ddp_cache_data=self.leaves)
-
-    def backward(self) -> None:
-        outs, grads = [], []
-        for (k, v), (lk, lv) in zip(self.kv, self.leaves, strict=True):
-            for out, leaf in ((k, lk), (v, lv)):
-                if leaf.grad is not None:
-                    outs.append(out)
-                    grads.append(leaf.grad)
-        if outs:
-            torch.autograd.backward(outs, grads)
