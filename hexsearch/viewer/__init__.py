@@ -1,7 +1,7 @@
 """`hexsearch view`: a local, offline web app over run folders of train, eval, datagen and ask.
 
 It lives under the front door (`hexsearch/`) rather than `serving/`: it reads what `agent`, `trainer`,
-`eval` and `datagen` write, and `serving/` must know nothing of those (DESIGN.md, dependencies point
+`eval` and `datagen` write, and `serving/` must know nothing of those (docs/developing.md: dependencies point
 one way). It imports nothing heavy at start: the tokenizer of a run's model is loaded the first time a
 trajectory page needs text.
 
