@@ -161,8 +161,6 @@ class WorkflowTrainConfig(Protocol):
     """What a workflow reads of `train` (trainer.config.TrainConfig, a package above this one)."""
 
     workflow: str
-    tool_latency_median_s: float
-    tool_latency_p99_s: float
 
 
 class WorkflowConfig(Protocol):

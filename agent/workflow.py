@@ -121,14 +121,14 @@ class SearchAgentWorkflow(Workflow):
                 self._owned.append(self.judge)
 
     def _with_latency(self, tools: dict[str, Any]) -> dict[str, Any]:
-        """Tools with `train.tool_latency_*` simulated web latency, drawn from (run seed, tool, episode, call) so
+        """Tools with `tools.latency_*` simulated web latency, drawn from (run seed, tool, episode, call) so
         that every run with the same seed draws the same delays for the same episodes (tools/latency.py)."""
-        train = getattr(self.cfg, "train", None)
-        if train is None or train.tool_latency_median_s <= 0:
+        t = self.cfg.tools
+        if t.latency_median_s <= 0:
             return tools
         from tools.latency import LatencyTool
 
-        return {name: LatencyTool(tool, train.tool_latency_median_s, train.tool_latency_p99_s,
+        return {name: LatencyTool(tool, t.latency_median_s, t.latency_p99_s,
                                   seed=zlib.crc32(f"{self.cfg.run.seed}/{name}".encode()))
                 for name, tool in tools.items()}
 

@@ -49,11 +49,11 @@ from _common import fmt, kv, spread, write_result  # noqa: E402
 
 from agent.config import AgentConfig  # noqa: E402
 from agent.events import AgentEvent  # noqa: E402
-from agent.localtools import MemoryPages, MemorySearch  # noqa: E402
 from agent.loop import Agent  # noqa: E402
 from agent.qa import QAItem  # noqa: E402
 from serving.engines.scripted import ScriptedEngine  # noqa: E402
 from serving.models import load_tokenizer  # noqa: E402
+from tools.memory import MemoryPages, MemorySearch  # noqa: E402
 
 DOCS = [{"title": f"Entity {i}", "url": f"https://hexwiki.test/wiki/E{i}",
          "contents": f"Entity {i} is a town in the province of P{i % 7}. It was founded in {1500 + i} "

@@ -36,7 +36,7 @@ from _common import kv, spread, write_result  # noqa: E402
 WORKLOAD = """
 engine: {{model: {model}, max_batch_size: 64, max_model_len: 1024}}
 world: {{entities: 60, max_hops: 1, short_articles: true, out: {world}}}
-tools: {{topk: 2, snippet_chars: 160}}
+tools: {{topk: 2, snippet_chars: 160, latency_median_s: 0.5, latency_p99_s: 5.0}}
 agent: {{prefill: tags, worked_example: true, lenient_tags: true, read_search_results: false,
         max_turns: 2, max_tool_calls: 1, max_new_tokens: 16, max_context_tokens: 1024}}
 train:
@@ -49,8 +49,6 @@ train:
   eval_questions: 0
   eval_every: 0
   save_every: 0
-  tool_latency_median_s: 0.5
-  tool_latency_p99_s: 5.0
   engine_resources: {{num_cpus: 1, threads: 1}}
   learner_resources: {{num_cpus: 1, threads: 1}}
 """

@@ -43,7 +43,8 @@ log = get_logger(__name__)
 
 RENAMED = {"agent.reward": "agent.reward_fn", "agent.judge_cache": "agent.judge.cache",
            "train.max_concurrent_rollouts": "train.max_inflight_trajectories",
-           "train.max_concurrent_episodes": "train.max_inflight_trajectories"}
+           "train.max_concurrent_episodes": "train.max_inflight_trajectories",
+           "train.tool_latency_median_s": "tools.latency_median_s", "train.tool_latency_p99_s": "tools.latency_p99_s"}
 """Old dotted key -> its new name. An old key in a YAML file or an override is moved to the new one
 (with a warning); giving both in one file or on one command line is an error."""
 

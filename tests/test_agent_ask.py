@@ -10,13 +10,13 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.config import AgentConfig
-from agent.localtools import MemorySearch
 from agent.qa import QAItem
 from agent.trajectory import Trajectory
 from agent.workflow import SearchAgentWorkflow
 from hexsearch.commands.ask import TracePrinter, ask_episode
 from hexsearch.config import HexConfig
 from serving.engines.scripted import ScriptedEngine
+from tools.memory import MemorySearch
 
 DOCS = [{"title": "Varnholt", "url": "https://hexwiki.test/wiki/Varnholt",
          "contents": "Varnholt is a city in the province of Qesmir. It was founded in 1642 by Dalia Orrent."}]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from agent.config import AgentConfig
-from agent.localtools import MemorySearch
 from agent.loop import run_episode
 from agent.qa import QAItem
+from tools.memory import MemorySearch
 
 DOCS = [{"title": f"Town {i}", "url": f"https://hexwiki.test/wiki/T{i}",
          "contents": f"Town {i} lies in the province of Qesmir. It was founded in {1600 + i}."} for i in range(20)]

@@ -9,11 +9,11 @@ from test_agent_loop import DOCS, ITEM, LONG_PAGE, PAGES, charwise, check_token_
 from agent.config import AgentConfig
 from agent.events import AgentEvent
 from agent.judge import LLMJudge
-from agent.localtools import MemoryPages, MemorySearch
 from agent.loop import run_episode
 from agent.prompts import chat_markers
 from agent.qa import QAItem
 from serving.engines.scripted import ScriptedEngine
+from tools.memory import MemoryPages, MemorySearch
 
 
 def _call(name: str, **args) -> str:

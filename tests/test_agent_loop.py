@@ -12,11 +12,11 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.events import AgentEvent
-from agent.localtools import MemoryPages, MemorySearch
 from agent.loop import run_episode
 from agent.qa import QAItem
 from agent.trajectory import Trajectory
 from serving.engines.scripted import ScriptedEngine, ScriptedOutput
+from tools.memory import MemoryPages, MemorySearch
 
 DOCS = [{"title": f"Entity {i}", "url": f"https://hexwiki.test/wiki/E{i}",
          "contents": f"Entity {i} is a town in the province of P{i % 7}. It was founded in {1500 + i}."} for i in range(40)]

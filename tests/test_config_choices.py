@@ -180,7 +180,7 @@ def test_literal_fields_inside_lists_of_dataclasses_are_checked_at_load():
 
 
 OLD_VALUES = {"agent.reward": "em", "agent.judge_cache": "/tmp/judge.sqlite", "train.max_concurrent_rollouts": 7,
-              "train.max_concurrent_episodes": 9}
+              "train.max_concurrent_episodes": 9, "train.tool_latency_median_s": 0.25, "train.tool_latency_p99_s": 2.5}
 
 
 @pytest.mark.parametrize("old", sorted(RENAMED))

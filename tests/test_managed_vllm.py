@@ -27,7 +27,7 @@ def test_training_starts_and_stops_its_own_vllm_server(tokenizer, tmp_path):
     cfg = tiny_config(tmp_path, tmp_path / "world", **{
         "engine.backend": "vllm", "engine.model": str(base), "engine.dtype": "float32", "engine.max_model_len": 2048,
         "engine.kv_cache_gb": 1, "train.steps": 2, "train.max_staleness": 0, "train.eval_every": 0,
-        "train.save_every": 0, "train.eval_questions": 2, "train.tool_latency_median_s": 0})
+        "train.save_every": 0, "train.eval_questions": 2, "tools.latency_median_s": 0})
     assert not cfg.engine.urls
     run = RunDir.create(cfg.run.root, cfg.run.name)
     summary = train(cfg, run)

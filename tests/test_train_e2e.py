@@ -25,7 +25,7 @@ from trainer import checkpoint
 TINY = """
 engine: {model: tiny-random, max_batch_size: 16, max_model_len: 1024}
 world: {entities: 30, max_hops: 1, short_articles: true, out: WORLD}
-tools: {topk: 2, snippet_chars: 120}
+tools: {topk: 2, snippet_chars: 120, latency_median_s: 0.3, latency_p99_s: 1.0}
 agent: {prefill: tags, worked_example: true, lenient_tags: true, read_search_results: false,
         max_turns: 2, max_tool_calls: 1, max_new_tokens: 8, max_context_tokens: 1024, format_gate: false}
 train:
@@ -38,8 +38,6 @@ train:
   eval_questions: 4
   eval_every: 2
   save_every: 2
-  tool_latency_median_s: 0.3
-  tool_latency_p99_s: 1.0
   learner_resources: {num_cpus: 1, threads: 1}
   engine_resources: {num_cpus: 1, threads: 1}
 """

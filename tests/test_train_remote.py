@@ -48,7 +48,7 @@ def test_sync_training_against_an_engine_server(tmp_path, monkeypatch):
         cfg = tiny_config(tmp_path, world, **{
             "engine.backend": "http", "engine.urls": f"[{server.url}]", "train.steps": 2,
             "train.max_staleness": 0, "train.eval_every": 0, "train.save_every": 0,
-            "train.tool_latency_median_s": 0})
+            "tools.latency_median_s": 0})
         run = RunDir.create(cfg.run.root, cfg.run.name)
         summary = train(cfg, run)
         info = httpx.get(f"{server.url}/weight_info", timeout=10).json()

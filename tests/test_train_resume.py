@@ -31,7 +31,7 @@ def test_killed_run_resumes_without_repeats_or_skips(tmp_path):
     run = tmp_path / "runs" / "r"
     cmd = [sys.executable, "-m", "hexsearch.cli", "--quiet", "train"]
     args = [f"run.root={tmp_path / 'runs'}", "run.name=r", "train.steps=6", "train.save_every=2",
-            "train.eval_every=0", "train.tool_latency_median_s=0.2"]
+            "train.eval_every=0", "tools.latency_median_s=0.2"]
     env = dict(os.environ)
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen([*cmd, str(cfg), *args], stdout=log, stderr=subprocess.STDOUT, env=env,

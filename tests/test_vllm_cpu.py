@@ -232,7 +232,7 @@ def test_training_against_vllm_moves_its_weights_and_versions(vllm_server, check
     cfg = tiny_config(tmp_path, tmp_path / "world", **{
         "engine.backend": "vllm", "engine.model": str(checkpoints["base"]), "engine.urls": f"[{server.url}]",
         "train.steps": 2, "train.max_staleness": 0, "train.eval_every": 0, "train.save_every": 0,
-        "train.eval_questions": 2, "train.tool_latency_median_s": 0})
+        "train.eval_questions": 2, "tools.latency_median_s": 0})
     run = RunDir.create(cfg.run.root, cfg.run.name)
     summary = train(cfg, run)
     check_remote_run(run, summary, steps=2)

@@ -68,7 +68,7 @@ def _lora_config(tmp_path, base, steps: int, **overrides):
         "engine.backend": "vllm", "engine.model": str(base), "engine.dtype": "float32", "engine.max_model_len": 2048,
         "engine.kv_cache_gb": 1, "train.lora_rank": 8, "train.weight_transfer": "adapter", "train.steps": steps,
         "train.max_staleness": 0, "train.eval_every": 0, "train.save_every": 0, "train.eval_questions": 2,
-        "train.tool_latency_median_s": 0, "train.precision": "fp32", "train.lr": 0.05, "train.entropy_coef": 1.0,
+        "tools.latency_median_s": 0, "train.precision": "fp32", "train.lr": 0.05, "train.entropy_coef": 1.0,
         **overrides})
 
 

@@ -128,7 +128,7 @@ async def test_a_reward_function_returning_nonsense_is_recorded_not_raised(token
 
 
 async def test_context_policy_by_import_path_is_used(tokenizer):
-    from agent.localtools import MemorySearch
+    from tools.memory import MemorySearch
 
     docs = [{"title": "Varnholt", "url": "u", "contents": "Varnholt was founded in 1642."}]
     script = ["<search>Varnholt</search>", "Founded 1642.</think>", "<answer>1642</answer>"]

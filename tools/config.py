@@ -79,6 +79,11 @@ class ToolsConfig:
     """Page store for local-world URLs: pages.jsonl or pages.sqlite. Empty: the index folder's pages.sqlite."""
     timeout_s: float = ranged(30.0, gt=0)
     """Per-call timeout of every tool, in seconds."""
+    latency_median_s: float = 0.0
+    """Simulated extra latency per tool call, log-normal with this median (0: off): web-API latency on local
+    tools, for measuring what asynchrony buys (tools/latency.py; draws fixed by run seed, tool, episode, call)."""
+    latency_p99_s: float = 5.0
+    """99th percentile of the simulated tool latency."""
     max_concurrency: int = ranged(32, ge=1)
     """Concurrent calls per tool (a semaphore)."""
     retries: int = 3

@@ -213,10 +213,6 @@ class TrainConfig:
     learner_step_timeout_s: float = ranged(3600.0, gt=0)
     """Most seconds one learner call (a training step, a weight export, a checkpoint) may take; a learner that
     does not answer is treated as dead (see `learner_max_restarts`), never waited on silently."""
-    tool_latency_median_s: float = 0.0
-    """Simulated extra tool latency, log-normal with this median (0: off); mimics a web API on local tools."""
-    tool_latency_p99_s: float = 5.0
-    """99th percentile of the simulated tool latency."""
     tensorboard: bool = True
     """Write TensorBoard event files to `<run>/tb`."""
     wandb: bool = False

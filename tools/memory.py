@@ -2,7 +2,7 @@
 
 `MemorySearch` ranks documents by word overlap with the query (a tiny lexical retriever);
 `MemoryPages` serves whole pages by URL. They are real tools over real data held in memory, with
-no I/O, so an episode's cost is the agent's own. Production tools live in `tools/`.
+no I/O, so an episode's cost is the agent's own; the production tools are their neighbours in `tools/`.
 """
 
 from __future__ import annotations
