@@ -1,6 +1,7 @@
 """Overhead of the recording OpenAI endpoint (agent/openai_endpoint.py) against calling the engine directly.
 
-    python benchmarks/any_agent.py [--episodes 64 --turns 3 --new-tokens 16 --model tiny-random]
+    python benchmarks/any_agent.py [--episodes 64 --turns 3 --new-tokens 16 --rounds 3]
+        [--model smollm2-135m-instruct | tiny-random] [--no-record]
 
 Two arms on one embedded engine (serving.engines.embedded.EmbeddedEngine, in this process), run one after the
 other, twice each (after a warm-up endpoint run that records the prompts; alternating order; the figure is the median):
@@ -18,7 +19,10 @@ Every call samples exactly --new-tokens tokens (`ignore_eos`), so both arms do t
     overhead       = mean episode seconds, endpoint / direct          (target <= 1.1)
     call_overhead  = mean call seconds, endpoint / direct (the call as the program sees it)
 
-Prints `RESULT any_agent overhead=<x> ...`.
+The default model is the one the project trains (SmolLM2-135M); `--model tiny-random` (a model whose forward
+costs almost nothing) shows the endpoint's own cost in isolation. Prints `RESULT any_agent overhead=<x> ...`
+(the model's short name in the benchmark name for any other model, `any_agent_tiny-random`) and appends the
+record to benchmarks/records.jsonl.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import RECORDS, spread, write_result  # noqa: E402
 
 from agent.qa import QAItem  # noqa: E402
 from agent.workflow import make_workflow  # noqa: E402
@@ -128,9 +134,14 @@ async def main() -> None:
                      "call_s": [statistics.mean(call_e), statistics.mean(call_d)]})
         print(f"round {rnd}: episode {rows[-1]['episode_s'][0]:.3f}s vs {rows[-1]['episode_s'][1]:.3f}s direct, "
               f"call {rows[-1]['call_s'][0] * 1e3:.1f}ms vs {rows[-1]['call_s'][1] * 1e3:.1f}ms", flush=True)
-    print(f"RESULT any_agent overhead={statistics.median(ratios):.3f} "
-          f"overhead_range={min(ratios):.3f}-{max(ratios):.3f} call_overhead={statistics.median(call_ratios):.3f} "
-          f"episodes={ARGS['episodes']} turns={ARGS['turns']} new_tokens={ARGS['new_tokens']} model={ARGS['model']}")
+    name = "any_agent" if ARGS["model"] == "smollm2-135m-instruct" else f"any_agent_{ARGS['model']}"
+    over, call = spread(ratios), spread(call_ratios)
+    line = (f"RESULT {name} overhead={over['median']:.3f} overhead_range={over['min']:.3f}-{over['max']:.3f} "
+            f"call_overhead={call['median']:.3f} episodes={ARGS['episodes']} turns={ARGS['turns']} "
+            f"new_tokens={ARGS['new_tokens']} rounds={ARGS['rounds']} model={ARGS['model']}")
+    write_result(name, line, {"overhead": over, "call_overhead": call}, {"rounds": rows, "args": dict(ARGS)},
+                 records=None if ARGS["no_record"] else RECORDS)
+    print(line)
 
 
 if __name__ == "__main__":
@@ -138,7 +149,8 @@ if __name__ == "__main__":
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--new-tokens", type=int, default=16)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--model", default="tiny-random")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--no-record", action="store_true", help="do not append to benchmarks/records.jsonl")
     ARGS.update(vars(p.parse_args()))
     asyncio.run(main())
