@@ -170,7 +170,7 @@ class EnginePool:
                 if await self._probe(i) != "up":
                     self._mark_down(i, e)
             except GenerationLost as e:
-                if await self._probe(i) != "down":
+                if await self._settled_probe(i) != "down":
                     self.stats["lost"] += 1
                     raise  # the server lives: the generation may exist there, so never resubmit
                 failure = str(e)
@@ -269,6 +269,18 @@ class EnginePool:
             return "down"
         except (EngineRequestError, GenerationLost):
             return "unknown"
+
+    async def _settled_probe(self, i: int, tries: int = 4, pause_s: float = 0.25) -> str:
+        """`_probe`, asked again while it says 'unknown': a server killed this instant can still take a
+        connection and then drop it (its listening socket outlives the process by a moment), which reads
+        'unknown' until the port is closed and the answer becomes 'down'."""
+        state = await self._probe(i)
+        for _ in range(tries - 1):
+            if state != "unknown":
+                break
+            await asyncio.sleep(pause_s)
+            state = await self._probe(i)
+        return state
 
     async def _health_of(self, i: int) -> dict[str, Any]:
         s = self._servers[i]
