@@ -19,36 +19,34 @@ import yaml
 from hexsearch.commands.common import UserError
 
 
-def run_config(run: Path) -> dict:
+def _as_user_error(call, *args, prefix: str = "", **kwargs):
+    """`call` from trainer/export.py, its ExportError refusals turned into one-line user errors."""
     from trainer.export import ExportError
-    from trainer.export import run_config as read
 
     try:
-        return read(run)
+        return call(*args, **kwargs)
     except ExportError as e:
-        raise UserError(str(e)) from None
+        raise UserError(f"{prefix}{e}") from None
+
+
+def run_config(run: Path) -> dict:
+    from trainer.export import run_config as read
+
+    return _as_user_error(read, run)
 
 
 def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
     """(run folder, newest valid checkpoint) of a run folder or a checkpoint folder (trainer/export.py)."""
-    from trainer.export import ExportError
     from trainer.export import find_checkpoint as find
 
-    try:
-        return find(path)
-    except ExportError as e:
-        raise UserError(str(e)) from None
+    return _as_user_error(find, path)
 
 
 def export_run(path: str | Path, out: str | Path, *, adapter: bool = False, dtype: str = "bfloat16") -> Path:
     """`hexsearch export`: trainer.export.export_run, its refusals as one-line user errors."""
-    from trainer.export import ExportError
     from trainer.export import export_run as export
 
-    try:
-        return export(path, out, adapter=adapter, dtype=dtype)
-    except ExportError as e:
-        raise UserError(f"export: {e}") from None
+    return _as_user_error(export, path, out, adapter=adapter, dtype=dtype, prefix="export: ")
 
 
 def newest_demo_run(root: str | Path = "runs") -> Path | None:
