@@ -10,7 +10,9 @@ is answered by one fault, taken in turn from:
     drop    the connection is closed without an answer
 
 With `outage_every=N`, request N, 2N, ... also starts an outage: for `outage_s` seconds every request is
-answered 503 (no Retry-After), back-to-back failures that outlast a client's retries. Otherwise requests
+answered 503 (no Retry-After), back-to-back failures that outlast a client's retries. Outages wait until
+every kind of fault has been injected once (when `rate` > 0): a client retrying through an outage makes most of the
+requests, and a short run must still meet each kind. Otherwise requests
 are forwarded to `upstream` (a real service, e.g. `hexsearch serve retrieval`). The same
 requests fail in every run, and every kind of fault occurs once five have been injected. Plain
 asyncio sockets (HTTP/1.1 with keep-alive), so "drop" really resets the connection. Counts are in `stats`.
@@ -84,7 +86,9 @@ class FaultProxy:
         """Answer one request; False when the connection must be closed."""
         self.stats["requests"] += 1
         now = time.monotonic()
-        if self.outage_every and self.stats["requests"] % self.outage_every == 0 and now >= self.outage_until:
+        faults_pending = self.rate > 0 and self.injected < len(FAULTS)
+        if (self.outage_every and not faults_pending and self.stats["requests"] % self.outage_every == 0
+                and now >= self.outage_until):
             self.outage_until = now + self.outage_s
             self.stats["outages"] += 1
         if now < self.outage_until:

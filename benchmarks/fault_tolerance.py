@@ -51,7 +51,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from _common import kv, spread, write_result  # noqa: E402
+from _common import RECORDS, kv, spread, write_result  # noqa: E402
 from _fault_proxy import FAULTS, FaultProxy  # noqa: E402
 
 OUTAGE_EVERY = 10
@@ -297,6 +297,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=0, help="independent faulted runs (default 3; 1 with --quick)")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/fault_tolerance.json)")
     ap.add_argument("--timeout", type=float, default=1500.0, help="seconds before one run gives up")
+    ap.add_argument("--no-record", action="store_true", help="do not append to benchmarks/records.jsonl")
     args = ap.parse_args()
     steps = args.steps or (6 if args.quick else 12)
     runs = []
@@ -321,7 +322,7 @@ def main() -> None:
     write_result("fault_tolerance", line, {"lost": worst("lost"), "duplicated": worst("duplicated"),
                                            "trained_on_failures": worst("trained_on_failures"), "faults": faults,
                                            "seconds": seconds},
-                 {**last, "runs": runs}, args.out)
+                 {**last, "runs": runs}, args.out, records=None if args.no_record else RECORDS)
     print(line)
     if not all(controls):  # the audit missed a planted fault: its zeros above prove nothing
         sys.exit(f"fault_tolerance: the audit missed a planted fault: {[x['controls'] for x in runs]}")

@@ -72,3 +72,23 @@ def test_an_outage_fails_requests_back_to_back_beyond_the_retry_budget():
     assert codes == [503] * 6
     assert proxy.stats["outages"] == 1 and proxy.stats["outage"] == 6 and proxy.stats["forwarded"] == 0
     assert ft.OUTAGE_S > 1 + 3 * 1.0  # the benchmark's outage outlasts its tools' retries (backoff <= 1 s each)
+
+
+def test_outages_wait_until_every_kind_of_fault_was_injected():
+    """A client retrying through an outage makes most of a run's requests; outages therefore start only once
+    each spread-out fault (500, 503, 429, timeout, drop) has occurred, so a short run meets every kind."""
+    proxy = FaultProxy("http://127.0.0.1:9", rate=1.0, hang_s=0.1, outage_every=1, outage_s=30.0)
+    url = proxy.start()
+    outcomes = []
+    try:
+        with httpx.Client(timeout=5, trust_env=False) as client:
+            for _ in range(7):
+                try:
+                    outcomes.append(client.post(url + "/retrieve", json={}).status_code)
+                except httpx.TransportError:
+                    outcomes.append("closed")
+    finally:
+        proxy.stop()
+    assert outcomes == [500, 503, 429, "closed", "closed", 503, 503]
+    assert all(proxy.stats[k] == 1 for k in ("500", "503", "429", "timeout", "drop"))
+    assert proxy.stats["outages"] == 1 and proxy.stats["outage"] == 2
