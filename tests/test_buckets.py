@@ -71,3 +71,25 @@ def test_dev_subset_spreads_over_buckets():
     assert [i.id for i in spread_over_buckets(items, 10, {"n8": 0, "n16": 0})] == [f"b{i}" for i in range(6)]
     with pytest.raises(ValueError, match=r"no question: \['hops2'\]; the buckets are \['hops1', 'n16', 'n8'\]"):
         spread_over_buckets(items, 4, {"hops2": 2})
+
+
+def test_training_mix_keeps_each_buckets_share():
+    """train.bucket_weights: the RL question stream holds each bucket in proportion to its weight, over as
+    many whole rounds as the scarcest weighted bucket fills; 0 leaves a bucket out; no weights: all items."""
+    from collections import Counter
+
+    from agent.qa import question_bucket
+    from trainer.runtime import mix_buckets
+
+    items = [QAItem(f"b{i}", "?", ["x"], meta={"hops": 1 + i % 2}) for i in range(12)]  # 6 hops1, 6 hops2
+    items += [QAItem(f"l{i}", "?", ["x"], meta={"family": "lineage", "n": 8 * (1 + i % 2)}) for i in range(6)]
+
+    def mix(weights):
+        return Counter(str(question_bucket(i.meta)) for i in mix_buckets(items, weights))
+
+    assert mix_buckets(items, {}) == items
+    assert mix({"hops2": 2}) == {"hops1": 3, "hops2": 6, "n8": 3, "n16": 3}    # hops2 fills 3 rounds of 2
+    assert mix({"hops2": 3, "n16": 0}) == {"hops1": 2, "hops2": 6, "n8": 2}    # 2 rounds of 3
+    assert mix({"hops1": 6, "hops2": 6}) == {"hops1": 6, "hops2": 6, "n8": 1, "n16": 1}
+    with pytest.raises(ValueError, match=r"no question: \['hops3'\]"):
+        mix_buckets(items, {"hops3": 1})

@@ -70,6 +70,12 @@ class TrainConfig:
     """Training questions (QA JSONL). Empty: the train split of the configured world."""
     dev_data: str = ""
     """Dev questions for periodic evaluation. Empty: the world's dev split."""
+    bucket_weights: dict[str, int] = field(default_factory=dict)
+    """The training mix: each difficulty bucket's (hops1.., n2..; agent.qa.question_bucket) share of the
+    questions, relative to the others (default 1 each; 0 leaves a bucket out), e.g. `{hops2: 4, hops3: 4}`.
+    The mix keeps as many whole rounds as its scarcest bucket fills (trainer.runtime.mix_buckets). Why: a
+    bucket the policy already solves yields groups that dynamic filtering drops, and a lineage group of 32
+    searches costs the learner many times a 2-hop group; empty: every question once."""
     eval_suite: str = ""
     """Score the periodic dev evaluation as an `hexsearch eval` suite (`world-dev`, `localqa`, `gaia`, `frames`, ...):
     its loader reads `dev_data` and its rule-based scorers are logged as `eval/<scorer>` (eval/runner.py).

@@ -12,6 +12,7 @@ import asyncio
 import json
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,20 @@ def spread_over_buckets(items: list[Any], n: int, weights: dict[str, int] | None
     return out
 
 
+def mix_buckets(items: list[Any], weights: dict[str, int]) -> list[Any]:
+    """The training questions in the proportions `weights` gives their buckets (train.bucket_weights; 1 for
+    a bucket it does not name): spread_over_buckets over as many whole rounds as the scarcest weighted bucket
+    fills, so every bucket keeps its share; no weights: the items as they are."""
+    from agent.qa import question_bucket
+
+    if not weights:
+        return items
+    sizes = Counter(str(question_bucket(getattr(i, "meta", {}) or {})) for i in items)
+    per_round = {b: max(0, int(weights.get(b, 1))) for b in sizes}
+    rounds = min((sizes[b] // w for b, w in per_round.items() if w), default=0)
+    return spread_over_buckets(items, max(1, rounds) * sum(per_round.values()), weights)
+
+
 class Runtime:
     def __init__(self, cfg: FullConfig, run: RunDir):
         self.cfg, self.run, self.train_cfg = cfg, run, cfg.train
@@ -121,6 +136,7 @@ class Runtime:
 
             check_nccl(cfg.engine.backend, t.learner_resources.num_gpus)
         train_items, self.dev_items = load_questions(cfg)
+        train_items = mix_buckets(train_items, t.bucket_weights)  # before any actor starts: bad names fail fast
         from world import with_world_index
 
         cfg = self.cfg = with_world_index(cfg)[0]  # the world's index is built once, here
