@@ -159,14 +159,17 @@ def long_text(runs: list[dict]) -> list[str]:
     if not runs:
         return []
     out = ["## `make demo-long` (long-horizon: SFT cold start, then RL; held-out test accuracy, greedy)", "",
-           "| run | commit | machine | fresh clone | " + " | ".join(LONG_KEYS) + " |",
-           "|---|---|---|---|" + "---|" * len(LONG_KEYS)]
+           "| run | commit | recipe | machine | fresh clone | " + " | ".join(LONG_KEYS) + " |",
+           "|---|---|---|---|---|" + "---|" * len(LONG_KEYS)]
     cell = lambda v: "" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
-    out += [f"| {r['run']} | {r['commit']} | {r['machine']} | {r['fresh_clone']} | "
+    out += [f"| {r['run']} | {r['commit']} | {r.get('recipe') or ''} | {r['machine']} | {r['fresh_clone']} | "
             + " | ".join(cell(r.get(k)) for k in LONG_KEYS) + " |" for r in runs]
-    figures = {k: spread([r[k] for r in runs if r.get(k) is not None]) for k in LONG_KEYS
-               if any(r.get(k) is not None for r in runs)}
-    out += ["", f"Over {len(runs)} recorded run(s), median (min-max): "
+    recipe = runs[-1].get("recipe")  # the median is over the newest run's recipe only (summary["recipe"])
+    same = [r for r in runs if r.get("recipe") == recipe]
+    figures = {k: spread([r[k] for r in same if r.get(k) is not None]) for k in LONG_KEYS
+               if any(r.get(k) is not None for r in same)}
+    which = f"of recipe {recipe}" if recipe else "without a recipe id"
+    out += ["", f"Over the {len(same)} recorded run(s) {which} (the newest run's), median (min-max): "
             + ", ".join(f"{k} {fmt(v)}" for k, v in figures.items()) + ".", ""]
     return out
 
@@ -179,7 +182,7 @@ def record_long(summary_path: Path, fresh_clone: bool, path: Path = LONG_RUNS) -
     row = {"run": len(runs) + 1, "commit": commit(), "fresh_clone": fresh_clone,
            "machine": f"{m.get('cpus')}-core {'AVX512_BF16' if m.get('bf16') else 'AVX2'}",
            **{k: summary.get(k) for k in LONG_KEYS}, "rl_steps": summary.get("rl_steps"),
-           "sft_best_step": summary.get("sft_best_step"), "tables": summary.get("tables"),
+           "sft_best_step": summary.get("sft_best_step"), "recipe": summary.get("recipe"), "tables": summary.get("tables"),
            "date": time.strftime("%Y-%m-%d"), "source": str(summary_path)}
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")

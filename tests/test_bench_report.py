@@ -113,3 +113,13 @@ def test_long_horizon_runs_are_recorded_and_rendered(tmp_path):
     text = "\n".join(_report.long_text(_report.load_long_runs(runs)))
     assert "| 2 |" in text and "rl 0.38 (0.38-0.38)" in text and "max_turns 41.00 (41.00-41.00)" in text
     assert _report.long_text([]) == []
+    # the median is over the newest run's recipe only: a run of another recipe is listed, not pooled
+    summary.write_text(json.dumps({**figures, "rl": 0.7, "recipe": "abc123"}))
+    third = _report.record_long(summary, fresh_clone=True, path=runs)
+    assert third["recipe"] == "abc123"
+    text = "\n".join(_report.long_text(_report.load_long_runs(runs)))
+    assert "| 3 | " in text and "Over the 1 recorded run(s) of recipe abc123" in text and "rl 0.70 (1 run)" in text
+    summary.write_text(json.dumps({**figures, "rl": 0.5, "recipe": "abc123"}))
+    _report.record_long(summary, fresh_clone=True, path=runs)
+    text = "\n".join(_report.long_text(_report.load_long_runs(runs)))
+    assert "Over the 2 recorded run(s) of recipe abc123" in text and "rl 0.60 (0.50-0.70)" in text

@@ -18,6 +18,7 @@ Each stage is its own `hexsearch` process and run folder (`<name>-base`, `-sft`,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -107,6 +108,14 @@ def rl_figures(run_dir: Path) -> dict[str, Any]:
             "tool_calls_last": calls[-1] if calls else None, "max_turns": turns}
 
 
+def recipe_id(config_path: str | Path, overrides: list[str] | None) -> str:
+    """Which recipe a run followed: a short hash of its YAML file's text and its overrides, leaving out where it
+    ran (run.name, run.root), so recorded runs are compared, and their median taken, only within one recipe."""
+    kept = sorted(o for o in overrides or [] if not o.startswith(("run.name=", "run.root=")))
+    text = Path(config_path).read_text(encoding="utf-8") + "\n" + "\n".join(kept)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 def result_line(s: dict[str, Any]) -> str:
     def f(x: Any) -> str:
         return "nan" if x is None else f"{x:.3f}"
@@ -140,7 +149,7 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
                "acc_n32": after_rl.get("n32"), "base_n32": base.get("n32"), **rl_figures(rl_run),
                "minutes": minutes, "rl_steps": rl_summary["steps"], "sft_steps": sft_summary["steps"],
                "sft_best_step": sft_summary["best_step"], "tables": {"base": base, "sft": after_sft, "rl": after_rl},
-               "runs": {"sft": str(sft_run), "rl": str(rl_run)}}
+               "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "recipe": recipe_id(path, overrides)}
     out = root / f"{name}-summary.json"
     out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     typer.echo(table(summary["tables"]))
