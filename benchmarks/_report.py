@@ -130,7 +130,7 @@ def render(records: list[dict], demo_runs: list[dict]) -> str:
         out += [f"| {r.get('run', '')} | {r.get('commit', '')} | {r.get('machine', '')} | {r['dev_reward_before']:.3f} | "
                 f"{r['dev_reward_after']:.3f} | {r['steps']} | {r['minutes']:.1f} |" for r in demo_runs if r.get("fresh_clone")]
         out.append("")
-    out += long_text(load_long_runs())
+    out += long_text(load_long_runs(), current_recipe())
     out += ["## Benchmarks", "", "| benchmark | headline: median (min-max) | commit | date |", "|---|---|---|---|"]
     for rec in shown:
         head = ", ".join(f"{k}={fmt(v)}" for k, v in rec["headline"].items())
@@ -154,8 +154,17 @@ def load_long_runs(path: Path = LONG_RUNS) -> list[dict]:
     return _jsonl(path, "long-horizon run") if path.exists() else []
 
 
-def long_text(runs: list[dict]) -> list[str]:
-    """The `make demo-long` section: every recorded run, then the median (min-max) of each figure."""
+def current_recipe() -> str:
+    """The recipe id of what `make demo-long` runs now: configs/long-horizon.yaml with no overrides."""
+    sys.path.insert(0, str(ROOT))
+    from hexsearch.commands.demo_long import LONG_CONFIG, recipe_id
+
+    return recipe_id(ROOT / LONG_CONFIG, [])
+
+
+def long_text(runs: list[dict], current: str | None = None) -> list[str]:
+    """The `make demo-long` section: every recorded run, then the median (min-max) of each figure over the runs
+    of one recipe: `current` (the recipe now) when a run has it, else the newest run's."""
     if not runs:
         return []
     out = ["## `make demo-long` (long-horizon: SFT cold start, then RL; held-out test accuracy, greedy)", "",
@@ -164,12 +173,13 @@ def long_text(runs: list[dict]) -> list[str]:
     cell = lambda v: "" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
     out += [f"| {r['run']} | {r['commit']} | {r.get('recipe') or ''} | {r['machine']} | {r['fresh_clone']} | "
             + " | ".join(cell(r.get(k)) for k in LONG_KEYS) + " |" for r in runs]
-    recipe = runs[-1].get("recipe")  # the median is over the newest run's recipe only (summary["recipe"])
+    recipe = current if current and any(r.get("recipe") == current for r in runs) else runs[-1].get("recipe")
     same = [r for r in runs if r.get("recipe") == recipe]
     figures = {k: spread([r[k] for r in same if r.get(k) is not None]) for k in LONG_KEYS
                if any(r.get(k) is not None for r in same)}
-    which = f"of recipe {recipe}" if recipe else "without a recipe id"
-    out += ["", f"Over the {len(same)} recorded run(s) {which} (the newest run's), median (min-max): "
+    which = (f"of recipe {recipe}" + (" (configs/long-horizon.yaml now)" if recipe == current else " (the newest run's)")
+             if recipe else "without a recipe id")
+    out += ["", f"Over the {len(same)} recorded run(s) {which}, median (min-max): "
             + ", ".join(f"{k} {fmt(v)}" for k, v in figures.items()) + ".", ""]
     return out
 

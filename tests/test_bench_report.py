@@ -122,4 +122,15 @@ def test_long_horizon_runs_are_recorded_and_rendered(tmp_path):
     summary.write_text(json.dumps({**figures, "rl": 0.5, "recipe": "abc123"}))
     _report.record_long(summary, fresh_clone=True, path=runs)
     text = "\n".join(_report.long_text(_report.load_long_runs(runs)))
-    assert "Over the 2 recorded run(s) of recipe abc123" in text and "rl 0.60 (0.50-0.70)" in text
+    assert "Over the 2 recorded run(s) of recipe abc123 (the newest run's)" in text and "rl 0.60 (0.50-0.70)" in text
+    # the recipe the repository runs now wins over the newest run's, when a run of it was recorded
+    text = "\n".join(_report.long_text(_report.load_long_runs(runs), current="abc123"))
+    assert "of recipe abc123 (configs/long-horizon.yaml now)" in text
+    summary.write_text(json.dumps({**figures, "rl": 0.9, "recipe": "def456"}))
+    _report.record_long(summary, fresh_clone=True, path=runs)
+    text = "\n".join(_report.long_text(_report.load_long_runs(runs), current="abc123"))
+    assert "Over the 2 recorded run(s) of recipe abc123 (configs/long-horizon.yaml now)" in text
+    assert "rl 0.60 (0.50-0.70)" in text and "| 5 | " in text
+    from hexsearch.commands.demo_long import recipe_id
+
+    assert _report.current_recipe() == recipe_id(_common.ROOT / "configs" / "long-horizon.yaml", [])
