@@ -11,9 +11,9 @@ is answered by one fault, taken in turn from:
 
 With `outage_every=N`, request N, 2N, ... also starts an outage: for `outage_s` seconds every request is
 answered 503 (no Retry-After), back-to-back failures that outlast a client's retries. Outages wait until
-every kind of fault has been injected once (when `rate` > 0): a client retrying through an outage makes most of the
-requests, and a short run must still meet each kind. Otherwise requests
-are forwarded to `upstream` (a real service, e.g. `hexsearch serve retrieval`). The same
+every kind of fault has been injected once (when `rate` > 0): a client retrying through an outage makes
+most of the requests, and a short run must still meet each kind. Otherwise requests are forwarded to
+`upstream` (a real service, e.g. `hexsearch serve retrieval`). The same
 requests fail in every run, and every kind of fault occurs once five have been injected. Plain
 asyncio sockets (HTTP/1.1 with keep-alive), so "drop" really resets the connection. Counts are in `stats`.
 """

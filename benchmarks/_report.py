@@ -156,7 +156,8 @@ def load_long_runs(path: Path = LONG_RUNS) -> list[dict]:
 
 def current_recipe() -> str:
     """The recipe id of what `make demo-long` runs now: configs/long-horizon.yaml with no overrides."""
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:  # run as a script, only benchmarks/ is on the path
+        sys.path.insert(0, str(ROOT))
     from hexsearch.commands.demo_long import LONG_CONFIG, recipe_id
 
     return recipe_id(ROOT / LONG_CONFIG, [])

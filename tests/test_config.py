@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -136,4 +137,20 @@ def test_train_bad_dataset_is_one_line_and_makes_no_run_folder(tmp_path, row, me
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = proc.stderr.strip()
     assert "\n" not in line and line.startswith(f"hexsearch: train.data: {data}") and message in line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("command, key", [("train", "train.bucket_weights"), ("sft", "sft.bucket_weights")])
+def test_bucket_weights_naming_no_bucket_is_one_line_and_makes_no_run_folder(tmp_path, command, key):
+    """train.bucket_weights and sft.bucket_weights are checked against the training questions' buckets before
+    Ray or a run folder."""
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"question": "q?", "answer": "a", "hops": 1}) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "hexsearch.cli", command, f"train.data={data}",
+                           f"train.dev_data={data}", f"{key}={{hops2: 3}}", "engine.model=tiny-random",
+                           f"run.root={tmp_path / 'runs'}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip()
+    assert line == (f"hexsearch: {key}: bucket weights name buckets with no question: ['hops2']; "
+                    "the buckets are ['hops1']"), line
     assert not (tmp_path / "runs").exists()

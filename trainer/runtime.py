@@ -136,7 +136,7 @@ class Runtime:
 
             check_nccl(cfg.engine.backend, t.learner_resources.num_gpus)
         train_items, self.dev_items = load_questions(cfg)
-        train_items = mix_buckets(train_items, t.bucket_weights)  # before any actor starts: bad names fail fast
+        train_items = mix_buckets(train_items, t.bucket_weights)
         from world import with_world_index
 
         cfg = self.cfg = with_world_index(cfg)[0]  # the world's index is built once, here

@@ -43,3 +43,16 @@ def open_run(cfg: HexConfig, kind: str) -> RunDir:
 
 def print_json(obj) -> None:
     typer.echo(json.dumps(obj, indent=2, default=str))
+
+
+def check_bucket_weights(cfg: HexConfig, key: str, weights: dict[str, int]) -> None:
+    """`train.bucket_weights` / `sft.bucket_weights` must name buckets of the training questions, which only the
+    data knows: checked here, before Ray or a run folder, as one line."""
+    if not weights:
+        return
+    from trainer.runtime import load_questions, mix_buckets
+
+    try:
+        mix_buckets(load_questions(cfg)[0], weights)
+    except ValueError as e:
+        raise UserError(f"{key}: {e}") from None

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import typer
 
-from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli, open_run
+from hexsearch.commands.common import (
+    CONFIG_ARG,
+    OVERRIDES_ARG,
+    UserError,
+    check_bucket_weights,
+    config_from_cli,
+    open_run,
+)
 
 
 def result_line(summary: dict) -> str:
@@ -35,6 +42,8 @@ def run_sft(config: str | None, overrides: list[str] | None) -> dict:
     if cfg.engine.backend != "embedded":
         raise UserError(f"sft: engine.backend={cfg.engine.backend} is not supported yet; the SFT stage samples and "
                         "evaluates with engine.backend=embedded (the RL run that follows may use any backend)")
+    if cfg.sft.source != "file":  # a trajectories file is taken whole; the weights pick questions to sample
+        check_bucket_weights(cfg, "sft.bucket_weights", cfg.sft.bucket_weights)
     run = open_run(cfg, "sft")
     setup_logging(cfg.run.log_level, run.log)
     typer.echo(f"run folder: {run.path}", err=True)

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import typer
 
-from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli, open_run
+from hexsearch.commands.common import (
+    CONFIG_ARG,
+    OVERRIDES_ARG,
+    UserError,
+    check_bucket_weights,
+    config_from_cli,
+    open_run,
+)
 
 
 def result_line(summary: dict) -> str:
@@ -85,6 +92,7 @@ def _check(cfg) -> None:
                 load_qa(path)
             except DataError as e:  # a missing file or a bad row: one line naming the file and line
                 raise UserError(f"{key}: {e}") from None
+    check_bucket_weights(cfg, "train.bucket_weights", t.bucket_weights)
 
 
 def dry_run(config: str | None, overrides: list[str] | None, gpu: str, gpus_per_node: int) -> bool:
