@@ -132,6 +132,38 @@ def test_logp_mismatch_metrics_report_behaviour_vs_prox(tiny_model_spec):
     assert later["train/fresh_tokens"] == 0 and later["train/logp_mismatch_fresh"] == 0.0
 
 
+def _grads(spec: str, samples: list[Sample], budget: int) -> list[torch.Tensor]:
+    """The gradient of one on-policy step (the learner's .grad after it; no clipping)."""
+    learner = Learner(TrainConfig(precision="fp32", lr=1e-3, grad_clip=0, micro_batch_tokens=budget), spec)
+    for s, lp in zip(samples, learner.logprobs(samples), strict=True):
+        s.logprobs = lp
+    learner.train_step(samples, version=0)
+    return [p.grad.clone() for p in learner.params if p.grad is not None]
+
+
+def test_seq_mean_token_mean_weighs_every_episode_alike(tiny_model_spec):
+    """train.loss_agg=seq-mean-token-mean: an episode of one short segment and one of two longer segments
+    (trainer/batch.py gives each sample 1 / its episode's policy tokens). The step's gradient is the mean of
+    the two episodes' own token-mean gradients, whatever the micro-batches, and not the token-mean's."""
+    short, *long_segs = _samples(3, seed=4)
+    short.token_ids, short.loss_mask = short.token_ids[:14], short.loss_mask[:14]
+    short.logprobs, short.versions = short.logprobs[:14], short.versions[:14]
+    short.advantage, long_segs[0].advantage, long_segs[1].advantage = 1.0, -1.0, -1.0
+    episode_tokens = sum(s.num_loss_tokens for s in long_segs)
+    assert short.num_loss_tokens * 3 < episode_tokens
+    g_short = _grads(tiny_model_spec, [short], 4096)
+    g_long = _grads(tiny_model_spec, long_segs, 4096)
+    g_token_mean = _grads(tiny_model_spec, [short, *long_segs], 4096)
+    short.loss_weight = 1.0 / short.num_loss_tokens
+    for s in long_segs:
+        s.loss_weight = 1.0 / episode_tokens
+    for budget in (4096, 48):  # one micro-batch, or one per sample
+        g_seq = _grads(tiny_model_spec, [short, *long_segs], budget)
+        for a, b, t in zip(g_seq, g_short, g_long, strict=True):
+            assert torch.allclose(a, (b + t) / 2, atol=1e-5)  # fp32 sums; the gradients reach 0.3
+    assert not all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_seq, g_token_mean, strict=True))
+
+
 def test_no_signal_means_no_update(tiny_model_spec):
     learner = Learner(TrainConfig(precision="fp32", lr=1e-2), tiny_model_spec)
     w0 = {k: v.clone() for k, v in learner.trainable_state().items()}

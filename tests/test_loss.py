@@ -89,3 +89,21 @@ def test_logp_mismatch_stats_all_tokens_and_fresh_only():
     assert total.behav_weight_max == st.behav_weight_max and total.behav_weight_min == st.behav_weight_min
     _, none = decoupled_ppo_loss(prox, prox, behav, _t(1, 1, 1, 1))
     assert none.fresh_tokens == 0 and none.fresh_logp_mismatch_sum == 0
+
+
+def test_seq_mean_token_mean_is_the_mean_of_each_episodes_token_mean():
+    """c_t = 1 / T_e and N = the number of episodes: two episodes of 2 and 6 tokens weigh the same; with
+    c_t = 1 it is the token-mean (the 6-token episode weighs three times as much)."""
+    torch.manual_seed(1)
+    old = torch.randn(8, dtype=torch.float64)
+    logp = (old + 0.1 * torch.randn(8, dtype=torch.float64)).requires_grad_()
+    adv = torch.tensor([1.0] * 2 + [-1.0] * 6, dtype=torch.float64)
+    c = torch.tensor([1 / 2] * 2 + [1 / 6] * 6, dtype=torch.float64)
+    seq, _ = decoupled_ppo_loss(logp, old, old, adv, token_weight=c, normalizer=2.0)
+    first, _ = decoupled_ppo_loss(logp[:2], old[:2], old[:2], adv[:2])
+    second, _ = decoupled_ppo_loss(logp[2:], old[2:], old[2:], adv[2:])
+    assert float(seq) == pytest.approx((float(first) + float(second)) / 2, rel=1e-12)
+    plain, _ = decoupled_ppo_loss(logp, old, old, adv)
+    ones, _ = decoupled_ppo_loss(logp, old, old, adv, token_weight=torch.ones(8, dtype=torch.float64))
+    assert float(ones) == float(plain) == pytest.approx((2 * float(first) + 6 * float(second)) / 8, rel=1e-12)
+    assert float(seq) != pytest.approx(float(plain))

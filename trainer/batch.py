@@ -3,6 +3,8 @@
 Every segment of a trajectory becomes one `Sample` carrying the trajectory's group-relative
 advantage (all segments share the reward). Zero-variance groups are left out under the `drop` and
 `reject` filters (the latter never lets them this far); under `none` they stay, with advantage 0.
+Under `loss_agg: seq-mean-token-mean` each sample's tokens weigh 1 / (the policy tokens of its whole
+trajectory), so every episode weighs the same in the loss (trainer/loss.py).
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ def accuracy(traj: Any) -> float:
     return max((exact_match(traj.prediction, g) for g in traj.gold), default=0.0)
 
 
-def build_samples(groups: list[Group], estimator: str, filter_groups: str) -> tuple[list[Sample], int]:
+def build_samples(groups: list[Group], estimator: str, filter_groups: str,
+                  loss_agg: str = "token-mean") -> tuple[list[Sample], int]:
     """(samples, kept groups)."""
+    if loss_agg not in ("token-mean", "seq-mean-token-mean"):
+        raise ValueError(f"unknown loss_agg {loss_agg!r}: token-mean or seq-mean-token-mean")
     samples: list[Sample] = []
     kept = 0
     for g in groups:
@@ -32,10 +37,13 @@ def build_samples(groups: list[Group], estimator: str, filter_groups: str) -> tu
             continue
         kept += 1
         for traj, adv in zip(g.trajectories, group_advantages(g.rewards, estimator), strict=True):
-            for seg in traj.segments:
-                if seg.num_generated:
-                    samples.append(Sample(seg.token_ids, seg.loss_mask, seg.logprobs, seg.versions, float(adv),
-                                          meta={"group": g.key}))
+            segments = [Sample(seg.token_ids, seg.loss_mask, seg.logprobs, seg.versions, float(adv),
+                               meta={"group": g.key}) for seg in traj.segments if seg.num_generated]
+            episode_tokens = sum(s.num_loss_tokens for s in segments)
+            if loss_agg == "seq-mean-token-mean" and episode_tokens:
+                for s in segments:
+                    s.loss_weight = 1.0 / episode_tokens
+            samples += segments
     return samples, kept
 
 

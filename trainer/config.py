@@ -25,6 +25,7 @@ Advantage = Literal["grpo", "rloo", "drgrpo"]
 FilterGroups = Literal["drop", "reject", "none"]
 ProxLogp = Literal["recompute", "loglinear"]
 Packing = Literal["pad", "concat"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean"]
 Strategy = Literal["ddp", "fsdp2"]
 WeightTransfer = Literal["disk", "adapter", "nccl"]
 
@@ -131,6 +132,11 @@ class TrainConfig:
     """PPO clip epsilon (lower)."""
     eps_clip_high: float = 0.28
     """PPO clip epsilon (upper, DAPO-style clip-higher)."""
+    loss_agg: LossAgg = "token-mean"
+    """How the per-token losses of a batch add up (verl's `loss_agg_mode`): `token-mean` (every policy token
+    of the batch weighs the same, AReaL/DAPO: a 400-token episode outweighs a 40-token one ten times) or
+    `seq-mean-token-mean` (each episode's token-mean, averaged over episodes: every episode weighs the same,
+    however long; a trajectory's segments count as one episode). trainer/loss.py has the formula."""
     entropy_coef: float = 0.0
     """Entropy bonus: the loss subtracts `entropy_coef` x the token-mean policy entropy (0: off)."""
     behav_weight_cap: float = 5.0

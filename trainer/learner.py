@@ -221,7 +221,8 @@ class Learner:
             self._recompute_prox(samples, pad_id)
         stats, ent_sum, grad_norm, tokens_seen, steps = LossStats(), 0.0, 0.0, 0, 0
         for chunk in chunks:
-            local = torch.tensor([float(sum(s.num_loss_tokens for s in chunk))], device=self.device)
+            # N: the batch's summed token weights (its policy tokens under token-mean; trainer/loss.py)
+            local = torch.tensor([float(sum(s.loss_weight * s.num_loss_tokens for s in chunk))], device=self.device)
             total = float(self._allreduce(local)[0])
             self.optimizer.zero_grad(set_to_none=True)
             if total == 0:
@@ -242,9 +243,9 @@ class Learner:
                             logp, prox, mb.behav_logp.to(self.device), mb.advantages.to(self.device),
                             eps_clip=cfg.eps_clip, eps_clip_high=cfg.eps_clip_high,
                             behav_weight_cap=cfg.behav_weight_cap, normalizer=total,
-                            fresh=mb.versions.to(self.device) == version)
+                            fresh=mb.versions.to(self.device) == version, token_weight=mb.token_weights.to(self.device))
                     if cfg.entropy_coef > 0 and not sft:
-                        loss = loss - cfg.entropy_coef * ent.sum() / total
+                        loss = loss - cfg.entropy_coef * (ent * mb.token_weights.to(self.device)).sum() / total
                     loss.backward()
                 stats = stats.add(st)
                 ent_sum += float(ent.detach().sum())

@@ -7,8 +7,11 @@ For every policy token t with advantage A_t:
     keep_t = w_t <= cap                              tokens far off-policy are masked, not clamped
     l_t    = -w_t * min(r_t A_t, clip(r_t, 1 - eps, 1 + eps_high) A_t)
 
-    loss   = sum_t keep_t * l_t / N                  N = policy tokens of the whole batch (token-mean;
-                                                     masking does not shrink N, so it never inflates gradients)
+    loss   = sum_t c_t * keep_t * l_t / N            token-mean (train.loss_agg): c_t = 1, N = policy tokens
+                                                     of the whole batch (masking does not shrink N, so it never
+                                                     inflates gradients)
+             seq-mean-token-mean: c_t = 1 / T_e, T_e = policy tokens of token t's episode (all its segments),
+                                  N = sum_t c_t = the number of episodes: the mean of each episode's token-mean
 
 The learner may add an entropy bonus, - entropy_coef * sum_t H(pi_theta(. | s_t)) / N (off by default).
 
@@ -64,24 +67,26 @@ class LossStats:
 def decoupled_ppo_loss(
     logp: torch.Tensor, prox_logp: torch.Tensor, behav_logp: torch.Tensor, advantages: torch.Tensor,
     *, eps_clip: float = 0.2, eps_clip_high: float | None = None, behav_weight_cap: float = 5.0,
-    normalizer: float | None = None, fresh: torch.Tensor | None = None,
+    normalizer: float | None = None, fresh: torch.Tensor | None = None, token_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The decoupled PPO loss over flat per-token tensors (policy tokens only; see module docstring).
 
-    `normalizer` is N, the policy-token count of the whole (global, all data-parallel ranks) batch; the
-    default is this call's token count, i.e. a plain token-mean. `fresh` (bool per token) marks tokens
-    sampled by the current weights; it only feeds the stats. Returns (loss, stats).
+    `normalizer` is N, the sum of the token weights c_t (default 1: the policy-token count) over the whole
+    (global, all data-parallel ranks) batch; the default is this call's, i.e. a plain token-mean.
+    `token_weight` is c_t (default 1). `fresh` (bool per token) marks tokens sampled by the current weights;
+    it only feeds the stats. Returns (loss, stats).
     """
     eps_high = eps_clip if eps_clip_high is None else eps_clip_high
     prox_logp, behav_logp, advantages = prox_logp.detach(), behav_logp.detach(), advantages.detach()
     n = logp.numel()
-    norm = float(normalizer if normalizer is not None else max(n, 1))
+    c = token_weight.detach() if token_weight is not None else torch.ones_like(logp.detach())
+    norm = float(normalizer if normalizer is not None else max(float(c.sum()), 1e-12) if n else 1.0)
     ratio = torch.exp(logp - prox_logp)
     clipped_ratio = torch.clamp(ratio, 1.0 - eps_clip, 1.0 + eps_high)
     surrogate = torch.minimum(ratio * advantages, clipped_ratio * advantages)
     weight = torch.exp(prox_logp - behav_logp)
     keep = weight <= behav_weight_cap if behav_weight_cap > 0 else torch.ones_like(weight, dtype=torch.bool)
-    token_loss = -weight * surrogate
+    token_loss = -weight * surrogate * c
     loss = torch.where(keep, token_loss, torch.zeros_like(token_loss)).sum() / norm
     with torch.no_grad():
         was_clipped = (clipped_ratio * advantages < ratio * advantages) & keep

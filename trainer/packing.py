@@ -37,6 +37,8 @@ class Sample:
     prox_logp: list[float] | None = None
     """Per-token pi_prox log-probs (aligned with token_ids), filled by the learner when recomputed."""
     meta: dict = field(default_factory=dict)
+    loss_weight: float = 1.0
+    """Weight of each of its policy tokens in the loss (train.loss_agg; 1 under token-mean)."""
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -63,6 +65,8 @@ class MicroBatch:
     prox_logp: torch.Tensor | None
     versions: torch.Tensor
     advantages: torch.Tensor
+    token_weights: torch.Tensor
+    """Each policy token's loss weight (its sample's `loss_weight`)."""
     sample_index: torch.Tensor
     """Index (into the packed list of samples) of the sample each policy token belongs to."""
     token_index: torch.Tensor
@@ -112,7 +116,7 @@ def collate(samples: list[Sample], indices: list[int], mode: str = "pad", pad_id
     """Build the tensors of one micro-batch from `samples[i] for i in indices`."""
     rows_tok: list[list[int]] = []
     rows_pos: list[list[int]] = []
-    flat: dict[str, list] = {k: [] for k in ("rows", "pos", "targets", "behav", "prox", "versions", "adv", "sidx", "tidx")}
+    flat: dict[str, list] = {k: [] for k in ("rows", "pos", "targets", "behav", "prox", "versions", "adv", "w", "sidx", "tidx")}
     has_prox = all(samples[i].prox_logp is not None for i in indices)
     for i in indices:
         s = samples[i]
@@ -131,6 +135,7 @@ def collate(samples: list[Sample], indices: list[int], mode: str = "pad", pad_id
                 flat["prox"].append(s.prox_logp[t] if has_prox else 0.0)
                 flat["versions"].append(s.versions[t])
                 flat["adv"].append(s.advantage)
+                flat["w"].append(s.loss_weight)
                 flat["sidx"].append(i)
                 flat["tidx"].append(t)
     width = max(len(r) for r in rows_tok)
@@ -149,5 +154,6 @@ def collate(samples: list[Sample], indices: list[int], mode: str = "pad", pad_id
         prox_logp=torch.tensor(flat["prox"], dtype=torch.float32) if has_prox else None,
         versions=torch.tensor(flat["versions"], dtype=torch.long),
         advantages=torch.tensor(flat["adv"], dtype=torch.float32),
+        token_weights=torch.tensor(flat["w"], dtype=torch.float32),
         sample_index=torch.tensor(flat["sidx"], dtype=torch.long),
         token_index=torch.tensor(flat["tidx"], dtype=torch.long), samples=list(indices))

@@ -92,7 +92,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
             t0 = time.perf_counter()
             groups = await ctrl.next_batch(settings.batch_size, state.version, state.step)
             t_wait = time.perf_counter() - t0
-            samples, kept = build_samples(groups, settings.advantage, settings.filter_groups)
+            samples, kept = build_samples(groups, settings.advantage, settings.filter_groups, settings.loss_agg)
             stats = await rt.learners.train_step(samples, state.version)
             state.version += 1
             sync_s = await rt.sync.push(state.version, ctrl)
