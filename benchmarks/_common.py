@@ -78,12 +78,12 @@ def machine() -> dict:
     return info
 
 
-def commit() -> str:
-    """The commit measured, with '+dirty' when the working tree has uncommitted changes."""
+def commit(root: Path = ROOT) -> str:
+    """The commit measured (of the work tree holding `root`), with '+dirty' when it has uncommitted changes."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return (sha or "?") + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

@@ -134,3 +134,21 @@ def test_long_horizon_runs_are_recorded_and_rendered(tmp_path):
     from hexsearch.commands.demo_long import recipe_id
 
     assert _report.current_recipe() == recipe_id(_common.ROOT / "configs" / "long-horizon.yaml", [])
+
+
+def test_a_long_horizon_run_records_the_commit_of_the_clone_it_ran_in(tmp_path):
+    """`--record-long DIR/runs/x-summary.json` runs from this repository, but the code that ran is DIR's."""
+    import subprocess
+
+    clone = tmp_path / "clone"
+    (clone / "runs").mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(clone)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (clone / "f.txt").write_text("x")
+    subprocess.run([*git, "add", "f.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    summary = clone / "runs" / "lh-summary.json"
+    summary.write_text(json.dumps({"rl": 0.5}))
+    row = _report.record_long(summary, fresh_clone=True, path=tmp_path / "long.jsonl")
+    assert row["commit"] == sha != _common.commit()
