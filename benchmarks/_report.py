@@ -168,15 +168,18 @@ def long_text(runs: list[dict], current: str | None = None) -> list[str]:
     of one recipe: `current` (the recipe now) when a run has it, else the newest run's."""
     if not runs:
         return []
+    keys = (*LONG_KEYS[:3], "rl_gain", *LONG_KEYS[3:])  # rl_gain = rl - sft: what RL added to the cold start
+    runs = [{**r, "rl_gain": r["rl"] - r["sft"] if r.get("rl") is not None and r.get("sft") is not None else None}
+            for r in runs]
     out = ["## `make demo-long` (long-horizon: SFT cold start, then RL; held-out test accuracy, greedy)", "",
-           "| run | commit | recipe | machine | fresh clone | " + " | ".join(LONG_KEYS) + " |",
-           "|---|---|---|---|---|" + "---|" * len(LONG_KEYS)]
+           "| run | commit | recipe | machine | fresh clone | " + " | ".join(keys) + " |",
+           "|---|---|---|---|---|" + "---|" * len(keys)]
     cell = lambda v: "" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
     out += [f"| {r['run']} | {r['commit']} | {r.get('recipe') or ''} | {r['machine']} | {r['fresh_clone']} | "
-            + " | ".join(cell(r.get(k)) for k in LONG_KEYS) + " |" for r in runs]
+            + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in runs]
     recipe = current if current and any(r.get("recipe") == current for r in runs) else runs[-1].get("recipe")
     same = [r for r in runs if r.get("recipe") == recipe]
-    figures = {k: spread([r[k] for r in same if r.get(k) is not None]) for k in LONG_KEYS
+    figures = {k: spread([r[k] for r in same if r.get(k) is not None]) for k in keys
                if any(r.get(k) is not None for r in same)}
     which = (f"of recipe {recipe}" + (" (configs/long-horizon.yaml now)" if recipe == current else " (the newest run's)")
              if recipe else "without a recipe id")

@@ -112,6 +112,7 @@ def test_long_horizon_runs_are_recorded_and_rendered(tmp_path):
     assert (first["run"], second["run"]) == (1, 2) and second["rl"] == 0.38  # recorded whatever RL did
     text = "\n".join(_report.long_text(_report.load_long_runs(runs)))
     assert "| 2 |" in text and "rl 0.38 (0.38-0.38)" in text and "max_turns 41.00 (41.00-41.00)" in text
+    assert "rl_gain -0.03 (-0.03--0.03)" in text and "| 0.380 | -0.030 | 0.300 |" in text  # rl - sft, per run
     assert _report.long_text([]) == []
     # the median is over the newest run's recipe only: a run of another recipe is listed, not pooled
     summary.write_text(json.dumps({**figures, "rl": 0.7, "recipe": "abc123"}))
