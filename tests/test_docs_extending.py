@@ -1,8 +1,10 @@
 """docs/extending.md runs as written: every file it shows is saved, every `hexsearch` command it shows is
 run from that folder, and each plug-in's effect is checked in what the command printed or saved.
 
-The default suite appends overrides to `train` commands only (tiny model, small world, one step) so
-that three training runs fit its time budget; `-m slow` runs every command exactly as written."""
+The default suite runs the first `train` command only (the one that builds the world and trains with the
+reward plug-in), with overrides appended (tiny model, small world, one step), and every other command as
+written; `-m slow` runs every command exactly as written, the calculator tool's and the workflow's training
+runs included (both plug-ins are also checked outside Ray in tests/test_workflow.py)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,9 @@ def doc_blocks() -> tuple[dict[str, str], list[str]]:
 
 def run_docs(tmp_path: Path, fast: bool) -> dict[str, subprocess.CompletedProcess]:
     files, commands = doc_blocks()
+    if fast:  # one training run in the default suite's time budget
+        trains = [c for c in commands if c.startswith("hexsearch train")]
+        commands = [c for c in commands if c not in trains[1:]]
     for name, body in files.items():
         (tmp_path / name).write_text(body)
     (tmp_path / "configs").symlink_to(ROOT / "configs")  # "save the files in the repository root"
@@ -66,6 +71,7 @@ def runs_of(tmp_path: Path, kind: str) -> list[Path]:
 
 def check(tmp_path: Path, results: dict[str, subprocess.CompletedProcess]) -> None:
     files, commands = doc_blocks()
+    commands = [c for c in commands if c in results]
     assert set(files) == {"my_reward.py", "calculator.py", "calculator.yaml", "weather_server.py", "weather.yaml",
                           "my_policy.py", "my_workflow.py", "my_suite.py", "preds.jsonl", "my_backend.py"}
     for name, body in files.items():
@@ -90,11 +96,12 @@ def check(tmp_path: Path, results: dict[str, subprocess.CompletedProcess]) -> No
     assert {a["meta"]["context_policy"] for a in asks} >= {"my_policy:NewestOnly"}
     assert any(a["meta"].get("hint") == " Answer with at most three words." for a in asks)
     trains = runs_of(tmp_path, "train")
-    assert len(trains) == sum(c.startswith("hexsearch train") for c in commands) == 3
+    assert len(trains) == sum(c.startswith("hexsearch train") for c in commands) >= 1
     trajs = [t for run in trains for t in rows(run / "trajectories" / "train.jsonl")]
     rewarded = [t for t in trajs if t["reward_info"]["metric"] == "my_reward:exact_or_contains"]
     assert rewarded and all(t["reward_info"]["why"] in ("no answer", "exact", "contains", "wrong") for t in rewarded)
-    assert any(t["meta"].get("hint") for t in trajs)  # the workflow ran inside the Ray rollout workers
+    if len(trains) == 3:  # every train command ran (-m slow)
+        assert any(t["meta"].get("hint") for t in trajs)  # the workflow ran inside the Ray rollout workers
 
 
 def test_extending_examples_run(tmp_path):
