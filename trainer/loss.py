@@ -13,7 +13,7 @@ For every policy token t with advantage A_t:
              seq-mean-token-mean: c_t = 1 / T_e, T_e = policy tokens of token t's episode (all its segments),
                                   N = sum_t c_t = the number of episodes: the mean of each episode's token-mean
 
-The learner may add an entropy bonus, - entropy_coef * sum_t H(pi_theta(. | s_t)) / N (off by default).
+The learner may add an entropy bonus, - entropy_coef * sum_t c_t H(pi_theta(. | s_t)) / N (off by default).
 
 The SFT objective (`sft_loss`, `hexsearch sft`) is the token-mean negative log-likelihood of the same
 policy tokens (loss_mask == 1), with no advantage, ratio or behaviour weight:
