@@ -9,10 +9,11 @@ trajectory), so every episode weighs the same in the loss (trainer/loss.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from trainer.advantages import group_advantages
 from trainer.buffer import Group
+from trainer.config import LossAgg
 from trainer.packing import Sample
 
 
@@ -28,8 +29,8 @@ def accuracy(traj: Any) -> float:
 def build_samples(groups: list[Group], estimator: str, filter_groups: str,
                   loss_agg: str = "token-mean") -> tuple[list[Sample], int]:
     """(samples, kept groups)."""
-    if loss_agg not in ("token-mean", "seq-mean-token-mean"):
-        raise ValueError(f"unknown loss_agg {loss_agg!r}: token-mean or seq-mean-token-mean")
+    if loss_agg not in get_args(LossAgg):
+        raise ValueError(f"unknown loss_agg {loss_agg!r}: {' or '.join(get_args(LossAgg))}")
     samples: list[Sample] = []
     kept = 0
     for g in groups:
