@@ -107,3 +107,13 @@ def test_seq_mean_token_mean_is_the_mean_of_each_episodes_token_mean():
     ones, _ = decoupled_ppo_loss(logp, old, old, adv, token_weight=torch.ones(8, dtype=torch.float64))
     assert float(ones) == float(plain) == pytest.approx((2 * float(first) + 6 * float(second)) / 8, rel=1e-12)
     assert float(seq) != pytest.approx(float(plain))
+
+
+def test_a_call_without_policy_tokens_gives_zero_loss_and_zero_gradient():
+    """A micro-batch can hold no policy token (e.g. a segment that is all prompt): its loss is 0, not nan,
+    so the step's summed gradient is not poisoned."""
+    logp = _t().requires_grad_()
+    loss, st = decoupled_ppo_loss(logp, _t(), _t(), _t())
+    assert loss.item() == 0.0 and st.tokens == 0
+    loss.backward()
+    assert logp.grad is not None and logp.grad.numel() == 0

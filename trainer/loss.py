@@ -80,7 +80,8 @@ def decoupled_ppo_loss(
     prox_logp, behav_logp, advantages = prox_logp.detach(), behav_logp.detach(), advantages.detach()
     n = logp.numel()
     c = token_weight.detach() if token_weight is not None else torch.ones_like(logp.detach())
-    norm = float(normalizer if normalizer is not None else max(float(c.sum()), 1e-12) if n else 1.0)
+    # N by default is this call's own weight sum (a token-mean); the floor keeps an empty call's loss at 0, not nan
+    norm = float(normalizer) if normalizer is not None else max(float(c.sum()), 1e-12)
     ratio = torch.exp(logp - prox_logp)
     clipped_ratio = torch.clamp(ratio, 1.0 - eps_clip, 1.0 + eps_high)
     surrogate = torch.minimum(ratio * advantages, clipped_ratio * advantages)
