@@ -10,7 +10,8 @@
 
 Accuracy is exact match on the held-out test questions with greedy decoding (the eval harness's `world`
 scorer); tool calls are the RL run's sampled episodes on the largest-N bucket at its first and last step;
-max_turns is the most turns of any episode the RL run trained on; minutes add up the stages' own wall times.
+max_turns is the most turns of any episode the RL run trained on; minutes is the command's wall clock (the
+sum of the stages' own wall times, `stage_minutes`, when a rerun reused finished stages).
 Each stage is its own `hexsearch` process and run folder (`<name>-base`, `-sft`, `-sft-test`, `-rl`,
 `-rl-test`); rerunning with the same run.name reuses finished stages. The summary goes to
 `<runs>/<name>-summary.json` (docs/training.md#long-horizon-search).
@@ -132,6 +133,8 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
     cfg = config_from_cli(path, overrides)
     name = cfg.run.name or time.strftime("long-%Y%m%d-%H%M%S")
     root, args = Path(cfg.run.root), [path, *(overrides or [])]
+    started = time.monotonic()
+    resumed = any((root / f"{name}-{stage}").exists() for stage in ("base", "sft", "sft-test", "rl", "rl-test"))
     typer.echo(world_line(cfg))  # generates the world and its index once, before the stages
     base = evaluate_test(root, f"{name}-base", args, cfg.engine.model)
     typer.echo(f"base: test accuracy {base['overall']:.3f} ({base['run']})")
@@ -142,12 +145,13 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
     rl_run = _stage(root, f"{name}-rl", "results.json", ["train", *args, f"train.init_from={sft_run}"])
     rl_summary = json.loads((rl_run / "results.json").read_text(encoding="utf-8"))
     after_rl = evaluate_test(root, f"{name}-rl-test", args, _policy_of(cfg, rl_run))
-    minutes = (base["minutes"] + stage_minutes(sft_run, "results.json") + after_sft["minutes"]
-               + stage_minutes(rl_run, "results.json") + after_rl["minutes"])
+    stages = (base["minutes"] + stage_minutes(sft_run, "results.json") + after_sft["minutes"]
+              + stage_minutes(rl_run, "results.json") + after_rl["minutes"])
+    minutes = stages if resumed else (time.monotonic() - started) / 60
     summary = {"base": base["overall"], "sft": after_sft["overall"], "rl": after_rl["overall"],
                "acc_hops2_3": _bucket_mean(after_rl, ["hops2", "hops3"]), "acc_n8": after_rl.get("n8"),
                "acc_n32": after_rl.get("n32"), "base_n32": base.get("n32"), **rl_figures(rl_run),
-               "minutes": minutes, "rl_steps": rl_summary["steps"], "sft_steps": sft_summary["steps"],
+               "minutes": minutes, "stage_minutes": stages, "rl_steps": rl_summary["steps"], "sft_steps": sft_summary["steps"],
                "sft_best_step": sft_summary["best_step"], "tables": {"base": base, "sft": after_sft, "rl": after_rl},
                "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "recipe": recipe_id(path, overrides)}
     out = root / f"{name}-summary.json"
