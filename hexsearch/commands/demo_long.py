@@ -151,7 +151,8 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
     summary = {"base": base["overall"], "sft": after_sft["overall"], "rl": after_rl["overall"],
                "acc_hops2_3": _bucket_mean(after_rl, ["hops2", "hops3"]), "acc_n8": after_rl.get("n8"),
                "acc_n32": after_rl.get("n32"), "base_n32": base.get("n32"), **rl_figures(rl_run),
-               "minutes": minutes, "stage_minutes": stages, "rl_steps": rl_summary["steps"], "sft_steps": sft_summary["steps"],
+               "minutes": minutes, "stage_minutes": stages, "rl_steps": rl_summary["steps"],
+               "sft_steps": sft_summary["steps"],
                "sft_best_step": sft_summary["best_step"], "tables": {"base": base, "sft": after_sft, "rl": after_rl},
                "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "recipe": recipe_id(path, overrides)}
     out = root / f"{name}-summary.json"
