@@ -140,6 +140,12 @@ class AgentConfig:
     """Reward 0 when any turn had a format error."""
     invalid_penalty: float = ranged(-0.5, ge=None)
     """Reward when the prompt was forced-valid and the answer says the question is invalid."""
+    under_search_penalty: float = ranged(0.0, ge=None, le=0)
+    """Reward of an answer given after fewer distinct successful tool calls than the question's
+    `min_searches` (a QA row field; the world's questions carry it), whatever the answer; 0: off. Why: under
+    RL the 1-hop questions reward answering after one search, and multi-hop episodes copy it (a guess that
+    scores 0, like a wrong answer after a full search, so their groups say nothing against it); -0.5 makes
+    the guess worse than a full search that failed."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """The LLM judge used by `reward_fn=judge` (and by evaluation)."""
     program: str = ""

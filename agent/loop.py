@@ -128,6 +128,9 @@ class _Episode:
         bucket = question_bucket(getattr(question, "meta", None) or {})
         if bucket is not None:  # per-bucket accuracy and tool calls (trainer/batch.py, eval reports)
             self.extra["bucket"] = bucket
+        min_searches = (getattr(question, "meta", None) or {}).get("min_searches")
+        if isinstance(min_searches, int) and not isinstance(min_searches, bool) and min_searches > 0:
+            self.extra["min_searches"] = min_searches  # agent.under_search_penalty reads it from traj.meta
         self.turn_log: list[dict[str, Any]] = []
         self.t0 = time.perf_counter()
         self.llm_s = self.tool_s = 0.0

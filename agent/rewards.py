@@ -23,6 +23,9 @@ Episode reward (`episode_reward`), with s(p, G) = max over gold aliases g in G o
     r     = 0                        when `format_gate` and any turn had a format error
     r     = invalid_penalty (-0.5)   when the prompt was forced-valid and the answer says the question
                                      is invalid (overrides the gate, as in ASearcher)
+    r     = under_search_penalty     when `agent.under_search_penalty` != 0 and the agent answered after
+                                     fewer distinct successful tool calls than the question's
+                                     `min_searches` (a guess: no fewer searches can answer it); off by default
 So an answer matching only an aug alias earns w; matching a main answer earns 1.
 """
 
@@ -119,8 +122,11 @@ def says_invalid(pred: str) -> bool:
 def episode_reward(pred: str | None, golds: Sequence[str], aug: Sequence[str] = (), *, metric: str = "f1",
                    aug_weight: float = 0.3, format_errors: int = 0, format_gate: bool = True,
                    forced_valid: bool = True, invalid_penalty: float = -0.5,
-                   score: float | None = None) -> tuple[float, dict[str, Any]]:
-    """The reward of an episode and what it was made of. `score` overrides the metric (an LLM judge's)."""
+                   score: float | None = None, searches: int = 0, min_searches: int = 0,
+                   under_search_penalty: float = 0.0) -> tuple[float, dict[str, Any]]:
+    """The reward of an episode and what it was made of. `score` overrides the metric (an LLM judge's);
+    `searches` is the episode's distinct successful tool calls (`distinct_calls`), `min_searches` the
+    question's (0: unknown)."""
     info: dict[str, Any] = {"metric": metric, "answered": pred is not None, "format_ok": format_errors == 0}
     if pred is not None:
         for name, fn in METRICS.items():
@@ -136,7 +142,16 @@ def episode_reward(pred: str | None, golds: Sequence[str], aug: Sequence[str] = 
     info["invalid"] = pred is not None and forced_valid and says_invalid(pred)
     if info["invalid"]:
         reward = invalid_penalty
+    info["under_searched"] = pred is not None and searches < min_searches
+    if under_search_penalty and info["under_searched"] and not info["invalid"]:
+        reward = under_search_penalty
     return reward, info
+
+
+def distinct_calls(traj: Any) -> int:
+    """How many different tool calls (name and arguments) of a trajectory returned without an error: the
+    searches `under_search_penalty` counts (a repeated or failed search reads nothing new)."""
+    return len({(c.name, repr(sorted(c.args.items()))) for c in traj.tool_calls if not c.error})
 
 
 @dataclass
@@ -222,7 +237,9 @@ async def score_episode(traj: Any, golds: Sequence[str], aug: Sequence[str], con
     reward, info = episode_reward(traj.prediction, golds, aug, metric=config.reward_fn,
                                   aug_weight=config.aug_answer_weight, format_errors=traj.format_errors,
                                   format_gate=config.format_gate, forced_valid=forced_valid,
-                                  invalid_penalty=config.invalid_penalty, score=float(score))
+                                  invalid_penalty=config.invalid_penalty, score=float(score),
+                                  searches=distinct_calls(traj), min_searches=int(traj.meta.get("min_searches") or 0),
+                                  under_search_penalty=config.under_search_penalty)
     info.update(extra or {})
     if not golds:
         info["no_gold"] = True

@@ -255,6 +255,25 @@ async def test_budgets_and_stop_reasons(tokenizer):
     assert traj.stop_reason == "wall_clock"
 
 
+async def test_under_search_penalty_reads_the_questions_min_searches(tokenizer):
+    item = QAItem("q-2hop", "In what year was the town Entity 2 is twinned with founded?", ["1503"],
+                  meta={"hops": 2, "family": "bridge", "min_searches": 2})
+    cfg = AgentConfig(read_search_results=False, under_search_penalty=-0.5)
+    once = ["<search>Entity 2</search>", "<search>Entity 2</search>", "<answer>1503</answer>"]
+    twice = ["<search>Entity 2</search>", "<search>Entity 3</search>", "<answer>1503</answer>"]
+    # the same search twice is one search: a right answer after it is still a guess
+    traj = await run_episode(item, ScriptedEngine(once, tokenizer=tokenizer), tools(), cfg)
+    assert traj.meta["min_searches"] == 2 and len(traj.tool_calls) == 2
+    assert traj.reward == -0.5 and traj.reward_info["under_searched"] and traj.reward_info["em"] == 1.0
+    traj = await run_episode(item, ScriptedEngine(twice, tokenizer=tokenizer), tools(), cfg)
+    assert traj.reward == 1.0 and not traj.reward_info["under_searched"]
+    # a question without min_searches (or the penalty off) keeps the answer's score
+    traj = await run_episode(ITEM, ScriptedEngine(["<answer>1642</answer>"], tokenizer=tokenizer), tools(), cfg)
+    assert "min_searches" not in traj.meta and traj.reward == 1.0
+    traj = await run_episode(item, ScriptedEngine(once, tokenizer=tokenizer), tools(), AgentConfig(read_search_results=False))
+    assert traj.reward == 1.0 and traj.reward_info["under_searched"]
+
+
 async def test_format_error_is_shown_and_gates_reward(tokenizer):
     engine = ScriptedEngine(["<think>sure<answer>1642", "<answer>1642</answer>"], tokenizer=tokenizer)
     traj = await run_episode(ITEM, engine, tools(), AgentConfig())

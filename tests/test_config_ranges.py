@@ -43,6 +43,8 @@ OLD_RANGES: dict[str, tuple[float, float | None, bool]] = {
 }
 """hexsearch/limits.py's table as it was when the ranges moved onto the fields (the record this test keeps)."""
 OLD_MAY_BE_NEGATIVE = {"agent.invalid_penalty", "eval.temperature"}
+AT_MOST_ZERO = {"agent.under_search_penalty"}
+"""Penalties added after the table: negative or 0, never a bonus."""
 OLD_RELATIONS = [("world.min_hops", "world.max_hops"), ("datagen.min_hops", "datagen.max_hops"),
                  ("datagen.target_hops", "datagen.max_hops"), ("train.eps_clip", "train.eps_clip_high")]
 
@@ -67,7 +69,8 @@ def _nested(name: str, value: float) -> dict:
     return out
 
 
-CASES = [(name, bad) for name in sorted(FIELDS) if name not in OLD_MAY_BE_NEGATIVE for bad in _bad_values(name)]
+CASES = [(name, bad) for name in sorted(FIELDS) if name not in OLD_MAY_BE_NEGATIVE | AT_MOST_ZERO
+         for bad in _bad_values(name)]
 
 
 @pytest.mark.parametrize("name, bad", CASES)
@@ -78,12 +81,19 @@ def test_every_old_range_refuses_an_override(name, bad):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("name", sorted(set(OLD_RANGES) | {n for n in FIELDS if n not in OLD_MAY_BE_NEGATIVE}))
+@pytest.mark.parametrize("name", sorted(set(OLD_RANGES) | {n for n in FIELDS if n not in OLD_MAY_BE_NEGATIVE | AT_MOST_ZERO}))
 def test_every_old_range_refuses_a_yaml_value(tmp_path, name):
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(_nested(name, _bad_values(name)[-1])))
     with pytest.raises(ConfigError, match=rf"^{name}: .* is out of range: it must be"):
         load_config(path)
+
+
+@pytest.mark.parametrize("name", sorted(AT_MOST_ZERO))
+def test_a_penalty_may_be_negative_but_not_a_bonus(name):
+    assert getattr(load_config(None, [f"{name}=-1"]).agent, name.split(".")[1]) == -1
+    with pytest.raises(ConfigError, match=rf"^{name}: .* is out of range: it must be"):
+        load_config(None, [f"{name}=0.5"])
 
 
 @pytest.mark.parametrize("low, high", OLD_RELATIONS)

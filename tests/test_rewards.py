@@ -85,6 +85,22 @@ def test_episode_reward_gate_and_penalty():
     assert episode_reward("x", ["1642"], metric="judge", score=1.0)[0] == 1.0
 
 
+def test_under_search_penalty_replaces_the_score_of_an_answer_with_too_few_searches():
+    # off by default: the score stands, the info still says the answer came too early
+    r, info = episode_reward("1642", ["1642"], searches=1, min_searches=2)
+    assert r == 1.0 and info["under_searched"]
+    # on: a right guess and a wrong one both get the penalty; enough searches keep the score
+    assert episode_reward("1642", ["1642"], searches=1, min_searches=2, under_search_penalty=-0.5)[0] == -0.5
+    assert episode_reward("1700", ["1642"], searches=1, min_searches=2, under_search_penalty=-0.5)[0] == -0.5
+    r, info = episode_reward("1642", ["1642"], searches=2, min_searches=2, under_search_penalty=-0.5)
+    assert r == 1.0 and not info["under_searched"]
+    # no answer is not a guess; an unknown min_searches (0) never penalises; invalid keeps its own penalty
+    assert episode_reward(None, ["1642"], searches=0, min_searches=2, under_search_penalty=-0.5)[0] == 0.0
+    assert episode_reward("1700", ["1642"], searches=0, under_search_penalty=-0.5)[0] == 0.0
+    assert episode_reward("The question is invalid.", ["1642"], searches=0, min_searches=2,
+                          under_search_penalty=-0.2, invalid_penalty=-0.5)[0] == -0.5
+
+
 def test_says_invalid_uses_whole_words():
     assert says_invalid("the question is invalid")
     assert not says_invalid("Invalides hospital")
