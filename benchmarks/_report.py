@@ -1,19 +1,17 @@
 """Write benchmarks/RESULTS.md and the README's demo headline from the committed records, never by hand.
 
 Sources, both append-only and committed: benchmarks/records.jsonl (one line per benchmark run, appended by
-`_common.write_result`) and benchmarks/demo_runs.jsonl (one line per recorded `make demo`: the SFT + RL demo's
-summaries, and before them the RL-only quickstart's runs). RESULTS.md
+`_common.write_result`) and benchmarks/demo_runs.jsonl (one line per recorded `make demo`). RESULTS.md
 shows each benchmark's latest record: its headline figures as median (min-max) over the run's repeats, the
 commit and date it ran at, and its RESULT line. The output depends on the records only (no date or commit
 of the regeneration), so regenerating changes nothing unless a record was added
 (tests/test_bench_report.py checks it). The README's demo headline, between its `demo-headline` markers,
 is one real recorded fresh-clone run (named, the one nearest the median) beside the median and range of
-all of them (of the demo recipe configs/multihop-demo.yaml holds now, once an SFT + RL run is recorded).
+all of them.
 
     python benchmarks/_report.py                       # rewrite RESULTS.md and the README block
     python benchmarks/_report.py --check               # exit 1 when either is not what the records give
-    python benchmarks/_report.py --record-demo runs/<name>-summary.json [--fresh-clone]   # a `make demo`
-    python benchmarks/_report.py --record-demo runs/train-<stamp> [--fresh-clone]         # the RL-only quickstart
+    python benchmarks/_report.py --record-demo runs/train-<stamp> [--fresh-clone]
     python benchmarks/_report.py --record-long runs/<name>-summary.json [--fresh-clone]   # a `make demo-long`
 """
 
@@ -30,8 +28,6 @@ from _common import RECORDS, ROOT, commit, fmt, machine, spread
 DEMO_RUNS = ROOT / "benchmarks" / "demo_runs.jsonl"
 LONG_RUNS = ROOT / "benchmarks" / "long_horizon_runs.jsonl"
 """One line per recorded `make demo-long` (its summary's figures), append-only, whatever the figures."""
-DEMO_KEYS = ("base", "sft", "rl", "acc_hops1", "acc_hops2", "minutes")
-"""The figures of an SFT + RL `make demo` record (test accuracy, greedy; the command's minutes)."""
 LONG_KEYS = ("base", "sft", "rl", "acc_hops2_3", "acc_n8", "acc_n32", "base_n32", "tool_calls_first",
              "tool_calls_last", "max_turns", "minutes")
 RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
@@ -77,27 +73,13 @@ def load_demo_runs(path: Path = DEMO_RUNS) -> list[dict]:
     return _jsonl(path, "demo runs")
 
 
-def current_demo_recipe() -> str:
-    """The recipe id of what `make demo` runs now: configs/multihop-demo.yaml with no overrides."""
-    return _recipe_of("DEMO")
-
-
-def demo_summary(runs: list[dict], current: str | None = None) -> dict | None:
-    """The headline's figures: over the fresh-clone SFT + RL demo runs of one recipe (`current` when a run has
-    it, else the newest run's) when any is recorded, else over the RL-only quickstart's fresh-clone runs;
-    every run counts, gained or not. `shown` is the real run nearest the median (the latest of ties)."""
+def demo_summary(runs: list[dict]) -> dict | None:
+    """Median and range of every fresh-clone run (gained or not), and the run shown as the headline."""
     fresh = [r for r in runs if r.get("fresh_clone")]
-    staged = [r for r in fresh if r.get("kind") == "sft+rl"]
-    if staged:
-        recipe = current if any(r.get("recipe") == current for r in staged) else staged[-1].get("recipe")
-        same = [r for r in staged if r.get("recipe") == recipe]
-        figures = {k: spread(r[k] for r in same if r.get(k) is not None) for k in DEMO_KEYS}
-        shown = min(reversed(same), key=lambda r: abs(r["rl"] - figures["rl"]["median"]))
-        return {"kind": "sft+rl", "runs": len(same), "recipe": recipe, "shown": shown, **figures}
-    fresh = [r for r in fresh if r.get("kind") != "sft+rl"]
     if not fresh:
         return None
     after = spread(r["dev_reward_after"] for r in fresh)
+    # a real run, not a synthetic median: the one nearest the median of dev_reward_after, the latest of ties
     shown = min(reversed(fresh), key=lambda r: abs(r["dev_reward_after"] - after["median"]))
     return {"runs": len(fresh), "dev_reward_after": after, "shown": shown,
             "dev_reward_before": spread(r["dev_reward_before"] for r in fresh),
@@ -105,11 +87,6 @@ def demo_summary(runs: list[dict], current: str | None = None) -> dict | None:
 
 
 def demo_line(run: dict) -> str:
-    """The RESULT line the recorded run printed."""
-    if run.get("kind") == "sft+rl":
-        from hexsearch.commands.demo_long import demo_result_line
-
-        return demo_result_line(run)
     return (f"RESULT train dev_reward_before={run['dev_reward_before']:.3f} "
             f"dev_reward_after={run['dev_reward_after']:.3f} steps={run['steps']} minutes={run['minutes']:.1f}")
 
@@ -117,43 +94,16 @@ def demo_line(run: dict) -> str:
 def demo_text(demo: dict) -> list[str]:
     """The headline run, named, and the median and range of all fresh-clone runs (README and RESULTS.md)."""
     run = demo["shown"]
-    head = ["```", demo_line(run), "```", "",
+    return ["```", demo_line(run), "```", "",
             f"That is run {run.get('run', '?')} of `benchmarks/demo_runs.jsonl` (a fresh clone at "
-            f"{run.get('commit', '?')}, {run.get('machine', '?')}), the recorded run nearest the median. "]
-    if demo.get("kind") == "sft+rl":
-        return head[:-1] + [head[-1] + f"Over the {demo['runs']} fresh-clone runs of recipe {demo['recipe']} on record: "
-                            f"test accuracy after SFT + RL **{fmt(demo['rl'], 3)}**, after SFT {fmt(demo['sft'], 3)}, "
-                            f"base model {fmt(demo['base'], 3)}; after SFT + RL 1 hop {fmt(demo['acc_hops1'], 3)}, "
-                            f"2 hops {fmt(demo['acc_hops2'], 3)}; minutes {fmt(demo['minutes'], 1)} (median, min-max)."]
-    return head[:-1] + [head[-1] + f"Over all {demo['runs']} fresh-clone runs on record: dev_reward_after "
-                        f"**{fmt(demo['dev_reward_after'], 3)}**, from dev_reward_before {fmt(demo['dev_reward_before'], 3)}; "
-                        f"steps {fmt(demo['steps'], 0)}, minutes {fmt(demo['minutes'], 1)} (median, min-max)."]
-
-
-def demo_section(demo_runs: list[dict]) -> list[str]:
-    """RESULTS.md's `make demo` section: the headline, every SFT + RL run, then the RL-only quickstart's runs."""
-    demo = demo_summary(demo_runs, current_demo_recipe())
-    if not demo:
-        return []
-    fresh = [r for r in demo_runs if r.get("fresh_clone")]
-    out = ["## `make demo` on fresh clones", "", *demo_text(demo), ""]
-    staged = [r for r in fresh if r.get("kind") == "sft+rl"]
-    if staged:
-        out += ["| run | commit | recipe | machine | " + " | ".join(DEMO_KEYS) + " |", "|---|---|---|---|" + "---|" * len(DEMO_KEYS)]
-        out += [f"| {r['run']} | {r['commit']} | {r.get('recipe') or ''} | {r['machine']} | "
-                + " | ".join(fmt(r.get(k), 1 if k == "minutes" else 3) for k in DEMO_KEYS) + " |" for r in staged]
-        quick = demo_summary([r for r in demo_runs if r.get("kind") != "sft+rl"])
-        out += ["", "### The RL-only quickstart (`configs/quickstart.yaml`, what `make demo` ran before)", ""]
-        out += demo_text(quick) if quick else []
-        out.append("")
-    out += ["| run | commit | machine | before | after | steps | minutes |", "|---|---|---|---|---|---|---|"]
-    out += [f"| {r.get('run', '')} | {r.get('commit', '')} | {r.get('machine', '')} | {r['dev_reward_before']:.3f} | "
-            f"{r['dev_reward_after']:.3f} | {r['steps']} | {r['minutes']:.1f} |" for r in fresh if r.get("kind") != "sft+rl"]
-    return out + [""]
+            f"{run.get('commit', '?')}, {run.get('machine', '?')}), the recorded run nearest the median. Over all "
+            f"{demo['runs']} fresh-clone runs on record: dev_reward_after **{fmt(demo['dev_reward_after'], 3)}**, "
+            f"from dev_reward_before {fmt(demo['dev_reward_before'], 3)}; steps {fmt(demo['steps'], 0)}, "
+            f"minutes {fmt(demo['minutes'], 1)} (median, min-max)."]
 
 
 def readme_block(demo_runs: list[dict]) -> str:
-    demo = demo_summary(demo_runs, current_demo_recipe())
+    demo = demo_summary(demo_runs)
     body = demo_text(demo) if demo else ["No fresh-clone `make demo` run is recorded yet."]
     return "\n".join([BEGIN, *body, END])
 
@@ -173,7 +123,13 @@ def render(records: list[dict], demo_runs: list[dict]) -> str:
            f"{len(records)} records) and `benchmarks/demo_runs.jsonl`; do not edit by hand. Figures are medians "
            "with (min-max) over each benchmark's repeats or alternating rounds; both arms of a benchmark ran in "
            "the same process tree, one after the other, on the same inputs.", ""]
-    out += demo_section(demo_runs)
+    demo = demo_summary(demo_runs)
+    if demo:
+        out += ["## `make demo` on fresh clones", "", *demo_text(demo), "",
+                "| run | commit | machine | before | after | steps | minutes |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {r.get('run', '')} | {r.get('commit', '')} | {r.get('machine', '')} | {r['dev_reward_before']:.3f} | "
+                f"{r['dev_reward_after']:.3f} | {r['steps']} | {r['minutes']:.1f} |" for r in demo_runs if r.get("fresh_clone")]
+        out.append("")
     out += long_text(load_long_runs(), current_recipe())
     out += ["## Benchmarks", "", "| benchmark | headline: median (min-max) | commit | date |", "|---|---|---|---|"]
     for rec in shown:
@@ -198,18 +154,13 @@ def load_long_runs(path: Path = LONG_RUNS) -> list[dict]:
     return _jsonl(path, "long-horizon run") if path.exists() else []
 
 
-def _recipe_of(constant: str) -> str:
-    """The recipe id (hexsearch.commands.demo_long.recipe_id, no overrides) of the config a module constant names."""
-    if str(ROOT) not in sys.path:  # run as a script, only benchmarks/ is on the path
-        sys.path.insert(0, str(ROOT))
-    from hexsearch.commands import demo, demo_long
-
-    return demo_long.recipe_id(ROOT / getattr(demo_long if constant == "LONG_CONFIG" else demo, constant), [])
-
-
 def current_recipe() -> str:
     """The recipe id of what `make demo-long` runs now: configs/long-horizon.yaml with no overrides."""
-    return _recipe_of("LONG_CONFIG")
+    if str(ROOT) not in sys.path:  # run as a script, only benchmarks/ is on the path
+        sys.path.insert(0, str(ROOT))
+    from hexsearch.commands.demo_long import LONG_CONFIG, recipe_id
+
+    return recipe_id(ROOT / LONG_CONFIG, [])
 
 
 def long_text(runs: list[dict], current: str | None = None) -> list[str]:
@@ -253,24 +204,17 @@ def record_long(summary_path: Path, fresh_clone: bool, path: Path = LONG_RUNS) -
     return row
 
 
-def record_demo(source: Path, fresh_clone: bool, path: Path = DEMO_RUNS) -> dict:
-    """Append a `make demo` run to demo_runs.jsonl, whether or not it gained: its `<name>-summary.json` (the SFT +
-    RL demo; the commit is the one of the clone the summary sits in) or an RL-only quickstart run folder."""
+def record_demo(run_dir: Path, fresh_clone: bool, path: Path = DEMO_RUNS) -> dict:
+    """Append a `make demo` run's results to demo_runs.jsonl, whether or not the run gained."""
+    res = json.loads((run_dir / "results.json").read_text())
     m = machine()
     runs = load_demo_runs(path)
     row = {"run": max((r.get("run", 0) for r in runs if isinstance(r.get("run"), int)), default=0) + 1,
-           "fresh_clone": fresh_clone, "machine": f"{m.get('cpus')}-core {'AVX512_BF16' if m.get('bf16') else 'AVX2'}"}
-    if source.is_file():
-        s = json.loads(source.read_text())
-        rl = s["tables"]["rl"]
-        row.update(kind="sft+rl", commit=commit(source.resolve().parent), recipe=s.get("recipe"), base=s["base"],
-                   sft=s["sft"], rl=s["rl"], acc_hops1=rl.get("hops1"), acc_hops2=rl.get("hops2"), minutes=s["minutes"],
-                   rl_steps=s.get("rl_steps"), sft_best_step=s.get("sft_best_step"), tables=s["tables"])
-    else:
-        res = json.loads((source / "results.json").read_text())
-        row.update(commit=commit(), dev_reward_before=round(res["dev_reward_before"], 3),
-                   dev_reward_after=round(res["dev_reward_after"], 3), steps=res["steps"], minutes=round(res["minutes"], 1))
-    row.update(date=time.strftime("%Y-%m-%d"), source=str(source))
+           "commit": commit(), "fresh_clone": fresh_clone,
+           "machine": f"{m.get('cpus')}-core {'AVX512_BF16' if m.get('bf16') else 'AVX2'}",
+           "dev_reward_before": round(res["dev_reward_before"], 3), "dev_reward_after": round(res["dev_reward_after"], 3),
+           "steps": res["steps"], "minutes": round(res["minutes"], 1), "date": time.strftime("%Y-%m-%d"),
+           "source": str(run_dir)}
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")
     return row
@@ -279,8 +223,7 @@ def record_demo(source: Path, fresh_clone: bool, path: Path = DEMO_RUNS) -> dict
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a generated file is stale")
-    ap.add_argument("--record-demo", metavar="SUMMARY_OR_RUN_DIR",
-                    help="append a `make demo` run (its summary JSON, or an RL-only run folder) to demo_runs.jsonl")
+    ap.add_argument("--record-demo", metavar="RUN_DIR", help="append a `make demo` run's results to demo_runs.jsonl")
     ap.add_argument("--record-long", metavar="SUMMARY", help="append a `make demo-long` summary to long_horizon_runs.jsonl")
     ap.add_argument("--fresh-clone", action="store_true", help="the recorded demo ran on a fresh clone")
     args = ap.parse_args()

@@ -78,32 +78,6 @@ def test_a_run_that_did_not_gain_is_recordable(tmp_path):
     assert summary["runs"] == 2 and summary["dev_reward_after"]["min"] == 0.301  # counted, not dropped
 
 
-def test_an_sft_rl_demo_run_takes_the_headline_over_the_rl_only_runs(tmp_path):
-    """`make demo` became SFT + RL: its summaries are recorded beside the RL-only quickstart's runs; the headline
-    is the median over the SFT + RL runs of one recipe, and RESULTS.md still lists the older runs."""
-    runs = tmp_path / "demo_runs.jsonl"
-    runs.write_text('{"run": 4, "fresh_clone": true, "dev_reward_before": 0.367, "dev_reward_after": 0.7, '
-                    '"steps": 20, "minutes": 13.0}\n')
-    summary = tmp_path / "d-summary.json"
-    for rl, recipe in ((0.6, "r1"), (0.7, "r1"), (0.4, "r1"), (0.9, "r0")):
-        tables = {"rl": {"overall": rl, "hops1": rl + 0.1, "hops2": rl - 0.1}}
-        summary.write_text(json.dumps({"base": 0.0, "sft": 0.55, "rl": rl, "minutes": 13.9, "rl_steps": 16,
-                                       "sft_best_step": 24, "recipe": recipe, "kind": "demo", "tables": tables}))
-        row = _report.record_demo(summary, fresh_clone=True, path=runs)
-    assert row["run"] == 8 and row["kind"] == "sft+rl" and row["acc_hops2"] == pytest.approx(0.8)
-    recorded = _report.load_demo_runs(runs)
-    demo = _report.demo_summary(recorded, current="r1")  # the recipe now wins over the newest run's (r0)
-    assert demo["runs"] == 3 and demo["rl"]["median"] == 0.6 and demo["shown"]["run"] == 5
-    line = _report.demo_line(demo["shown"])
-    assert line == "RESULT demo base=0.000 sft=0.550 rl=0.600 acc_hops1=0.700 acc_hops2=0.500 minutes=13.9"
-    text = "\n".join(_report.demo_text(demo))
-    assert "Over the 3 fresh-clone runs of recipe r1" in text and "**0.600 (0.400-0.700)**" in text
-    assert _report.demo_summary(recorded)["recipe"] == "r0"  # no current recipe recorded: the newest run's
-    assert _report.demo_summary(recorded[:1])["dev_reward_after"]["median"] == 0.7  # RL-only runs alone
-    block = _report.readme_block(recorded)
-    assert _report.demo_line(_report.demo_summary(recorded, _report.current_demo_recipe())["shown"]) in block
-
-
 def test_results_md_and_the_readme_headline_are_what_the_records_give():
     """RESULTS.md and the README's demo block are generated: regenerating them from the committed records
     changes nothing (a hand edit, or a record added without regenerating, fails here)."""
@@ -111,7 +85,7 @@ def test_results_md_and_the_readme_headline_are_what_the_records_give():
     assert _report.RESULTS_MD.read_text() == _report.render(_report.load_records(), runs)
     readme = _report.README.read_text()
     assert _report.with_readme_block(readme, _report.readme_block(runs)) == readme
-    assert _report.demo_line(_report.demo_summary(runs, _report.current_demo_recipe())["shown"]) in readme
+    assert _report.demo_line(_report.demo_summary(runs)["shown"]) in readme
 
 
 def test_demo_runs_file_names_a_bad_line(tmp_path):
@@ -122,12 +96,9 @@ def test_demo_runs_file_names_a_bad_line(tmp_path):
 
 
 def test_shipped_demo_runs_parse():
-    runs = _report.load_demo_runs()
-    summary = _report.demo_summary(runs, _report.current_demo_recipe())
-    assert summary is not None and summary["runs"] >= 3
-    assert summary["shown"] in runs  # the headline is one of the recorded runs
-    quickstart = _report.demo_summary([r for r in runs if r.get("kind") != "sft+rl"])
-    assert quickstart["runs"] == 7 and quickstart["shown"] in runs  # the RL-only runs stay on record
+    summary = _report.demo_summary(_report.load_demo_runs())
+    assert summary is not None and summary["runs"] >= 4
+    assert summary["shown"] in _report.load_demo_runs()  # the headline is one of the recorded runs
 
 
 def test_long_horizon_runs_are_recorded_and_rendered(tmp_path):

@@ -89,11 +89,11 @@ def test_bad_checkpoints_are_one_line_errors(tmp_path):
         export_run(run, tmp_path / "o")
 
 
-def _demo_like(root: Path, name: str, model: str = "smollm2-135m-instruct", hops: int = 1) -> Path:
+def _demo_like(root: Path, name: str, model: str = "smollm2-135m-instruct") -> Path:
     run = root / name
     (run / "checkpoints" / "step-1").mkdir(parents=True)
     (run / "checkpoints" / "latest").write_text("step-1")
-    world = f"world:\n  entities: 200\n  max_hops: {hops}\n  short_articles: true\n"
+    world = "world:\n  entities: 200\n  max_hops: 1\n  short_articles: true\n"
     (run / "config.yaml").write_text(f"engine:\n  model: {model}\n  backend: embedded\n{world}")
     return run
 
@@ -119,15 +119,6 @@ def test_ask_uses_the_newest_demo_run_and_says_so(tmp_path, monkeypatch, capsys)
     assert "quickstart's prompt recipe" in capsys.readouterr().err
     cfg = ask._ask_config(None, [f"run.root={tmp_path}", "engine.model=tiny-random"], None, quiet=True)
     assert cfg.engine.model == "tiny-random"  # an explicit model wins over the demo checkpoint
-    # `hexsearch demo`'s RL stage (SFT then RL on the 1-2 hop world) runs the SFT's export: a demo run too
-    sft_policy = str(tmp_path / "demo-1-sft" / "artifacts" / "policy-step-8")
-    _demo_like(tmp_path, "demo-1-rl", model=sft_policy, hops=1)  # not the multi-hop demo's world
-    _demo_like(tmp_path, "demo-1-sft", hops=2)  # the cold start alone is not the demo's result
-    assert newest_demo_run(tmp_path) == new
-    multihop = _demo_like(tmp_path, "demo-2-rl", model=sft_policy, hops=2)
-    assert newest_demo_run(tmp_path) == multihop
-    cfg = ask._ask_config(None, [f"run.root={tmp_path}"], None, quiet=True)
-    assert cfg.engine.model == str(multihop / "artifacts" / "hf-step-1") and cfg.world.max_hops == 2
 
 
 @pytest.mark.slow

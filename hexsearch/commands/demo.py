@@ -1,14 +1,9 @@
-"""`hexsearch demo`: the main job on the CPU default (`make demo`): multi-hop search in 15 minutes.
+"""`hexsearch demo`: the main job on the CPU default (`make demo`): the quickstart training run.
 
-    base  = eval(test split, the base model)                  # greedy, per bucket: hops1, hops2
-    sft   = hexsearch sft configs/multihop-demo.yaml          # oracle episodes -> the best checkpoint on dev
-    rl    = hexsearch train ... train.init_from=sft           # 8 minutes of async RL from the cold start
-    RESULT demo base=<x> sft=<x> rl=<x> acc_hops1=<x> acc_hops2=<x> minutes=<m>
-
-The stages, run folders and summary are `hexsearch demo-long`'s (hexsearch/commands/demo_long.py) on a 1-2 hop
-world; accuracy is exact match on the world's held-out test questions, greedy. It prints one line about the
-offline world first. The RL-only quickstart (no cold start, one-hop questions) is
-`hexsearch train configs/quickstart.yaml`; `hexsearch world generate` prints the full world summary.
+It prints one line about the offline world it trains on, then trains the embedded SmolLM2 with
+`configs/quickstart.yaml` (plus any overrides) and ends with
+`RESULT train dev_reward_before=<x> dev_reward_after=<y> steps=<n> minutes=<m>`.
+`hexsearch world generate` prints the full world summary.
 """
 
 from __future__ import annotations
@@ -18,23 +13,17 @@ from pathlib import Path
 
 import typer
 
-from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError
+from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli
 
 QUICKSTART = "configs/quickstart.yaml"
-DEMO = "configs/multihop-demo.yaml"
-
-
-def shipped_config(relative: str) -> str:
-    """A config the repository ships (`configs/...`), from the working directory, else from the source checkout."""
-    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        if (base / relative).exists():
-            return str(base / relative)
-    raise UserError(f"{relative} not found: run the command from the repository root or pass a config")
 
 
 def quickstart_path() -> str:
-    """configs/quickstart.yaml: the RL-only recipe, and the prompt recipe `hexsearch ask` falls back to."""
-    return shipped_config(QUICKSTART)
+    """configs/quickstart.yaml of the working directory, else of the source checkout."""
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (base / QUICKSTART).exists():
+            return str(base / QUICKSTART)
+    raise UserError(f"{QUICKSTART} not found: run `hexsearch demo` from the repository root or pass a config")
 
 
 def world_line(cfg) -> str:
@@ -50,11 +39,13 @@ def world_line(cfg) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("demo", help="The main job (what `make demo` runs): SmolLM2 learns 1-2 hop search on the offline "
-                              "world on CPU, by an SFT cold start then async RL, ending with a RESULT line.")
+    @app.command("demo", help="Run the quickstart main job (what `make demo` runs): train SmolLM2 on the "
+                              "offline world on CPU, ending with a RESULT line.")
     def _demo(config: str = CONFIG_ARG, overrides: list[str] = OVERRIDES_ARG) -> None:
-        from hexsearch.commands.demo_long import run_long_demo
+        from hexsearch.commands.train import run_training
 
         if config is not None and "=" in config and not Path(config).exists():
             overrides, config = [config, *(overrides or [])], None
-        run_long_demo(config or shipped_config(DEMO), overrides, kind="demo")
+        path = config or quickstart_path()
+        typer.echo(world_line(config_from_cli(path, overrides)))
+        run_training(path, overrides)

@@ -49,7 +49,7 @@ def _stage(root: Path, name: str, final: str, args: list[str]) -> Path:
         shutil.rmtree(run)
     done = subprocess.run([sys.executable, "-m", "hexsearch.cli", *args, f"run.name={name}"], check=False)
     if done.returncode != 0 or not (run / final).exists():
-        raise UserError(f"stage {name} failed (exit {done.returncode}); see {run}/log.txt")
+        raise UserError(f"demo-long: stage {name} failed (exit {done.returncode}); see {run}/log.txt")
     return run
 
 
@@ -126,23 +126,12 @@ def result_line(s: dict[str, Any]) -> str:
             f"tool_calls_last={f(s['tool_calls_last'])} max_turns={s['max_turns']} minutes={s['minutes']:.1f}")
 
 
-def demo_result_line(s: dict[str, Any]) -> str:
-    """`hexsearch demo`'s line: test accuracy after each stage, and per hop count after RL."""
-    def f(x: Any) -> str:
-        return "nan" if x is None else f"{x:.3f}"
-    rl = s["tables"]["rl"]
-    return (f"RESULT demo base={f(s['base'])} sft={f(s['sft'])} rl={f(s['rl'])} acc_hops1={f(rl.get('hops1'))} "
-            f"acc_hops2={f(rl.get('hops2'))} minutes={s['minutes']:.1f}")
+def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, Any]:
+    from hexsearch.commands.demo import world_line
 
-
-def run_long_demo(config: str | None, overrides: list[str] | None, kind: str = "long_horizon") -> dict[str, Any]:
-    """The stages (module docstring) on `config`; `kind` "demo" is `hexsearch demo`'s: runs named `demo-<time>`
-    by default, and its RESULT line."""
-    from hexsearch.commands.demo import shipped_config, world_line
-
-    path = config or shipped_config(LONG_CONFIG)
+    path = config or _long_config_path()
     cfg = config_from_cli(path, overrides)
-    name = cfg.run.name or time.strftime(("demo" if kind == "demo" else "long") + "-%Y%m%d-%H%M%S")
+    name = cfg.run.name or time.strftime("long-%Y%m%d-%H%M%S")
     root, args = Path(cfg.run.root), [path, *(overrides or [])]
     started = time.monotonic()
     resumed = any((root / f"{name}-{stage}").exists() for stage in ("base", "sft", "sft-test", "rl", "rl-test"))
@@ -165,11 +154,11 @@ def run_long_demo(config: str | None, overrides: list[str] | None, kind: str = "
                "minutes": minutes, "stage_minutes": stages, "rl_steps": rl_summary["steps"],
                "sft_steps": sft_summary["steps"],
                "sft_best_step": sft_summary["best_step"], "tables": {"base": base, "sft": after_sft, "rl": after_rl},
-               "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "recipe": recipe_id(path, overrides), "kind": kind}
+               "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "recipe": recipe_id(path, overrides)}
     out = root / f"{name}-summary.json"
     out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     typer.echo(table(summary["tables"]))
-    typer.echo(demo_result_line(summary) if kind == "demo" else result_line(summary))
+    typer.echo(result_line(summary))
     return summary
 
 
@@ -183,6 +172,13 @@ def table(tables: dict[str, dict[str, Any]]) -> str:
         cells = [f"{t[b]:.2f} ({t.get('calls/' + b, 0):.1f})" if b in t else "" for b in buckets]
         rows.append(f"| {stage} | {t['overall']:.3f} | " + " | ".join(cells) + " |")
     return "\n".join(rows + ["(accuracy, and in brackets mean tool calls per episode)"])
+
+
+def _long_config_path() -> str:
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (base / LONG_CONFIG).exists():
+            return str(base / LONG_CONFIG)
+    raise UserError(f"{LONG_CONFIG} not found: run `hexsearch demo-long` from the repository root or pass a config")
 
 
 def register(app: typer.Typer) -> None:

@@ -50,34 +50,30 @@ def export_run(path: str | Path, out: str | Path, *, adapter: bool = False, dtyp
 
 
 def newest_demo_run(root: str | Path = "runs") -> Path | None:
-    """The newest `make demo` run under `root` that has a checkpoint, or None: the RL stage of `hexsearch demo`
-    (a `demo-<time>-rl` folder, on the multi-hop demo's world) or a `train-<time>` folder of the RL-only
-    quickstart `make demo` ran before it, on the quickstart's world; either with the embedded engine."""
-    from hexsearch.commands.demo import DEMO, QUICKSTART, shipped_config
+    """The newest `make demo` run under `root` that has a checkpoint, or None: a `train-<time>` folder (the
+    name `hexsearch demo` gives) trained with the quickstart's model and world."""
+    from hexsearch.commands.demo import quickstart_path
 
+    try:
+        quick = yaml.safe_load(Path(quickstart_path()).read_text(encoding="utf-8"))
+    except (UserError, OSError):
+        return None
     root = Path(root)
     if not root.is_dir():
         return None
     found = []
-    for pattern, recipe in (("train-*", QUICKSTART), ("demo-*-rl", DEMO)):
-        try:
-            shipped = yaml.safe_load(Path(shipped_config(recipe)).read_text(encoding="utf-8"))
-        except (UserError, OSError):
+    for run in root.glob("train-*"):
+        pointer = run / "checkpoints" / "latest"
+        if not (pointer.is_file() and (run / "config.yaml").is_file()):
             continue
-        for run in root.glob(pattern):
-            pointer = run / "checkpoints" / "latest"
-            if not (pointer.is_file() and (run / "config.yaml").is_file()):
-                continue
-            try:
-                cfg = run_config(run)
-            except UserError:
-                continue
-            engine, world = cfg.get("engine") or {}, cfg.get("world") or {}
-            # the demo's RL stage runs the SFT's exported policy, so only the quickstart's model name is checked
-            model_ok = recipe == DEMO or engine.get("model") == (shipped.get("engine") or {}).get("model")
-            if model_ok and engine.get("backend") == "embedded" and \
-                    all(world.get(f) == v for f, v in (shipped.get("world") or {}).items()):
-                found.append((pointer.stat().st_mtime, run))
+        try:
+            cfg = run_config(run)
+        except UserError:
+            continue
+        engine, world = cfg.get("engine") or {}, cfg.get("world") or {}
+        same = engine.get("model") == (quick.get("engine") or {}).get("model") and engine.get("backend") == "embedded"
+        if same and all(world.get(f) == v for f, v in (quick.get("world") or {}).items()):
+            found.append((pointer.stat().st_mtime, run))
     return max(found)[1] if found else None
 
 
