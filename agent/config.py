@@ -145,7 +145,8 @@ class AgentConfig:
     `min_searches` (a QA row field; the world's questions carry it), whatever the answer; 0: off. Why: under
     RL the 1-hop questions reward answering after one search, and multi-hop episodes copy it (a guess that
     scores 0, like a wrong answer after a full search, so their groups say nothing against it); -0.5 makes
-    the guess worse than a full search that failed."""
+    the guess worse than a full search that failed. On the long-horizon recipe it halved the guesses without
+    raising accuracy, so no shipped recipe sets it (docs/training.md#long-horizon-search)."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """The LLM judge used by `reward_fn=judge` (and by evaluation)."""
     program: str = ""

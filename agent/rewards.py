@@ -238,7 +238,8 @@ async def score_episode(traj: Any, golds: Sequence[str], aug: Sequence[str], con
                                   aug_weight=config.aug_answer_weight, format_errors=traj.format_errors,
                                   format_gate=config.format_gate, forced_valid=forced_valid,
                                   invalid_penalty=config.invalid_penalty, score=float(score),
-                                  searches=distinct_calls(traj), min_searches=int(traj.meta.get("min_searches") or 0),
+                                  searches=distinct_calls(traj),
+                                  min_searches=int(traj.meta.get("min_searches") or 0),
                                   under_search_penalty=config.under_search_penalty)
     info.update(extra or {})
     if not golds:

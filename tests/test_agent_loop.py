@@ -268,9 +268,11 @@ async def test_under_search_penalty_reads_the_questions_min_searches(tokenizer):
     traj = await run_episode(item, ScriptedEngine(twice, tokenizer=tokenizer), tools(), cfg)
     assert traj.reward == 1.0 and not traj.reward_info["under_searched"]
     # a question without min_searches (or the penalty off) keeps the answer's score
-    traj = await run_episode(ITEM, ScriptedEngine(["<answer>1642</answer>"], tokenizer=tokenizer), tools(), cfg)
+    traj = await run_episode(ITEM, ScriptedEngine(["<answer>1642</answer>"], tokenizer=tokenizer), tools(),
+                             cfg)
     assert "min_searches" not in traj.meta and traj.reward == 1.0
-    traj = await run_episode(item, ScriptedEngine(once, tokenizer=tokenizer), tools(), AgentConfig(read_search_results=False))
+    traj = await run_episode(item, ScriptedEngine(once, tokenizer=tokenizer), tools(),
+                             AgentConfig(read_search_results=False))
     assert traj.reward == 1.0 and traj.reward_info["under_searched"]
 
 

@@ -81,7 +81,8 @@ def test_every_old_range_refuses_an_override(name, bad):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("name", sorted(set(OLD_RANGES) | {n for n in FIELDS if n not in OLD_MAY_BE_NEGATIVE | AT_MOST_ZERO}))
+@pytest.mark.parametrize("name", sorted(set(OLD_RANGES)
+                                        | {n for n in FIELDS if n not in OLD_MAY_BE_NEGATIVE | AT_MOST_ZERO}))
 def test_every_old_range_refuses_a_yaml_value(tmp_path, name):
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(_nested(name, _bad_values(name)[-1])))
