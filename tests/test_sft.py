@@ -178,6 +178,20 @@ def test_init_from_starts_learner_and_engine_from_the_sft_weights(sft_run, tmp_p
     assert not torch.equal(dict(base.model.named_parameters())[name].detach(), saved[name])
     exported = export_run(run, tmp_path / "hf", dtype="float32")  # `hexsearch export` takes an SFT run
     assert (exported / "model.safetensors").exists()
+    # a run folder copied elsewhere (from a cluster, or a stage reused under another name) starts runs too:
+    # its export names the old path, so it is made again in the copy
+    import shutil
+
+    from trainer.export import EXPORT_MARK
+
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    cfg = resolve_init_from(load_config("configs/quickstart.yaml", [*QUICK, f"train.init_from={moved}"]))
+    assert Path(cfg.engine.model) == (moved / "artifacts" / f"policy-step-{summary['best_step']}").resolve()
+    mark = json.loads((Path(cfg.engine.model) / EXPORT_MARK).read_text())
+    assert mark["checkpoint"].startswith(str(moved.resolve()))
+    learner = Learner(cfg.train, cfg.engine.model)
+    assert torch.equal(dict(learner.model.named_parameters())[name].detach(), saved[name])
 
 
 # --- refusals -------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ folder, so `--resume` and `hexsearch export` of the RL run see the right base.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
@@ -25,7 +26,7 @@ def resolve_init_from(cfg: C) -> C:
     src = cfg.train.init_from
     if not src:
         return cfg
-    from trainer.export import ExportError, export_run, find_checkpoint, run_config
+    from trainer.export import EXPORT_MARK, ExportError, export_run, find_checkpoint, run_config
 
     try:
         run, ckpt = find_checkpoint(src)
@@ -36,6 +37,8 @@ def resolve_init_from(cfg: C) -> C:
         raise ValueError(f"train.init_from: {run}/config.yaml names no engine.model")
     out = run / "artifacts" / f"policy-{ckpt.name}"
     if not _exported(out, ckpt):
+        if (out / EXPORT_MARK).exists():  # our export of another path: the run folder was copied or moved
+            shutil.rmtree(out)
         export_run(ckpt, out, dtype="float32")
     return replace(cfg, engine=replace(cfg.engine, model=str(out.resolve())))
 
