@@ -35,7 +35,7 @@ from agent.parser import parse_read
 from agent.prompts import CONTINUE_NUDGE, FORMAT_ERROR, render_prompt
 from agent.qa import question_bucket
 from agent.rewards import RewardFn, resolve_reward, score_episode
-from agent.trajectory import Trajectory
+from agent.trajectory import Trajectory, call_key
 from core.choices import check_choices
 from core.log import get_logger
 from core.ranges import check_ranges
@@ -125,10 +125,11 @@ class _Episode:
         self.last_call_key, self.repeat_run = "", 0  # agent.max_repeated_calls
         self.stop_reason: str | None = None
         self.extra: dict[str, Any] = {}
-        bucket = question_bucket(getattr(question, "meta", None) or {})
+        meta = getattr(question, "meta", None) or {}
+        bucket = question_bucket(meta)
         if bucket is not None:  # per-bucket accuracy and tool calls (trainer/batch.py, eval reports)
             self.extra["bucket"] = bucket
-        min_searches = (getattr(question, "meta", None) or {}).get("min_searches")
+        min_searches = meta.get("min_searches")
         if isinstance(min_searches, int) and not isinstance(min_searches, bool) and min_searches > 0:
             self.extra["min_searches"] = min_searches  # agent.under_search_penalty reads it from traj.meta
         self.turn_log: list[dict[str, Any]] = []
@@ -332,7 +333,7 @@ class _Episode:
         limit = self.cfg.max_repeated_calls
         if not limit or not calls:
             return False
-        key = repr([(c.name, sorted(c.args.items()) if isinstance(c.args, dict) else c.args) for c in calls])
+        key = repr([call_key(c.name, c.args) for c in calls])
         self.repeat_run = self.repeat_run + 1 if key == self.last_call_key else 1
         self.last_call_key = key
         if self.repeat_run < limit:

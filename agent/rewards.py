@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.config import AgentConfig
+from agent.trajectory import call_key
 from core.registry import ComponentError, Registry
 
 _PUNCT = set(string.punctuation)
@@ -151,7 +152,7 @@ def episode_reward(pred: str | None, golds: Sequence[str], aug: Sequence[str] = 
 def distinct_calls(traj: Any) -> int:
     """How many different tool calls (name and arguments) of a trajectory returned without an error: the
     searches `under_search_penalty` counts (a repeated or failed search reads nothing new)."""
-    return len({(c.name, repr(sorted(c.args.items()))) for c in traj.tool_calls if not c.error})
+    return len({call_key(c.name, c.args) for c in traj.tool_calls if not c.error})
 
 
 @dataclass

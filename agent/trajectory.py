@@ -48,6 +48,12 @@ class Segment:
         return sum(self.loss_mask)
 
 
+def call_key(name: str, args: Any) -> str:
+    """A tool call's identity, name and arguments in any order: what makes two calls the same call
+    (`agent.max_repeated_calls` in the loop, `agent.under_search_penalty`'s distinct searches)."""
+    return repr((name, sorted(args.items()) if isinstance(args, dict) else args))
+
+
 @dataclass
 class ToolCallRecord:
     """One tool call made during the episode."""
