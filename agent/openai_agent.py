@@ -29,17 +29,19 @@ import signal
 import time
 import traceback
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.config import WorkflowConfig
 from agent.episode_tools import as_item
 from agent.judge import build_judge
 from agent.openai_calls import EpisodeCalls, build_segments
-from agent.openai_endpoint import RecordingEndpoint
 from agent.rewards import resolve_reward, score_episode
 from agent.trajectory import ToolCallRecord, Trajectory
 from agent.workflow import WORKFLOWS, Workflow
 from core.registry import ComponentError, import_object
+
+if TYPE_CHECKING:  # the endpoint (FastAPI) is imported when an episode first needs it, not when configs load
+    from agent.openai_endpoint import RecordingEndpoint
 
 BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "SYSTEMROOT")
 """Environment variables a command inherits (plus `agent.command_env`); nothing else of the worker's leaks."""
@@ -92,6 +94,8 @@ class OpenAIAgentWorkflow(Workflow):
     async def endpoint_for(self, engine: Any) -> RecordingEndpoint:
         """The process's recording endpoint (one per worker), serving in the running event loop."""
         if self.endpoint is None:
+            from agent.openai_endpoint import RecordingEndpoint
+
             engine_cfg = getattr(self.cfg, "engine", None)
             self.endpoint = RecordingEndpoint(engine.tokenizer, getattr(engine_cfg, "model", None) or "policy")
         await self.endpoint.start()

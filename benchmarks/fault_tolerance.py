@@ -226,10 +226,12 @@ def negative_controls(events: list[dict], trajs: list[dict], stream: dict, buffe
             for name, rows in planted.items()}
 
 
-def scenario(steps: int, quick: bool, timeout: float) -> dict:
-    """One faulted run, resumed, then audited."""
+def scenario(steps: int, quick: bool, timeout: float, workdir: Path | None = None) -> dict:
+    """One faulted run, resumed, then audited, in `workdir` (default: a new folder under the system's temp)."""
     t0 = time.time()
-    tmp = Path(tempfile.mkdtemp(prefix="hexsearch-faults-"))
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="hexsearch-faults-", dir=workdir))
     world = tmp / "world"
     env = {**os.environ, "HEXSEARCH_QUIET": "1", "PYTHONPATH": str(ROOT)}
     # the world and its index first: the retrieval service serves that index
@@ -298,11 +300,14 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/fault_tolerance.json)")
     ap.add_argument("--timeout", type=float, default=1500.0, help="seconds before one run gives up")
     ap.add_argument("--no-record", action="store_true", help="do not append to benchmarks/records.jsonl")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="folder for each run's world, logs and run folder (default: the system's temp; they are "
+                         "kept there for inspection, ~110 MB a run)")
     args = ap.parse_args()
     steps = args.steps or (6 if args.quick else 12)
     runs = []
     for r in range(args.repeats or (1 if args.quick else 3)):
-        runs.append(scenario(steps, args.quick, args.timeout))
+        runs.append(scenario(steps, args.quick, args.timeout, args.workdir))
         print(f"run {r + 1}: " + json.dumps(runs[-1], indent=1), flush=True)
     last = runs[-1]
     controls = [all(x["controls"].values()) for x in runs]

@@ -30,6 +30,17 @@ def test_yaml_then_overrides(tmp_path):
     assert cfg.tools.allow_hosts == ["127.0.0.1"]
 
 
+def test_one_load_never_changes_the_next(tmp_path):
+    """The defaults' schema is built once per process (hexsearch/config.py _schema): a load's overrides, YAML
+    and later edits of its result stay out of every other load."""
+    (tmp_path / "c.yaml").write_text("agent: {max_turns: 9}\ntools: {builtin: [search]}\n")
+    first = load_config(tmp_path / "c.yaml", ["train.lr=7e-5"])
+    first.tools.builtin.append("access")
+    first.agent.system_prompt = "changed"
+    again = load_config(None)
+    assert again == HexConfig() and again.tools.builtin == ["search", "access"] and again.agent.max_turns != 9
+
+
 def test_unknown_key_lists_valid_keys():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["train.lrr=1"])

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_run_survives_every_fault_and_loses_nothing(tmp_path):
     out = tmp_path / "faults.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fault_tolerance.py"), "--quick",
-                           "--out", str(out), "--timeout", "900", "--no-record"], capture_output=True, text=True, timeout=1000)
+                           "--out", str(out), "--timeout", "900", "--no-record",
+                           "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=1000)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["injector_error"] == "", r["injector_error"]
@@ -42,6 +43,7 @@ def test_a_run_survives_every_fault_and_loses_nothing(tmp_path):
 
     # the loop's outputs, after all that
     run = Path(r["run_dir"])
+    assert run.is_relative_to(tmp_path)  # the run's ~110 MB go where pytest cleans up, not into /tmp for good
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows if "train/reward" in x] == [1, 2, 3, 4, 5, 6]
     last = [x for x in rows if "train/reward" in x][-1]
