@@ -190,11 +190,13 @@ def long_text(runs: list[dict], current: str | None = None) -> list[str]:
 
 def record_long(summary_path: Path, fresh_clone: bool, path: Path = LONG_RUNS) -> dict:
     """Append a `make demo-long` summary's figures to long_horizon_runs.jsonl, whatever they are. The commit is
-    the one of the clone the summary sits in (the code that ran), not this repository's."""
+    the one of the source tree that ran (the summary's `code`; before it had one, the clone the summary sits
+    in), not this repository's."""
     summary = json.loads(summary_path.read_text())
     runs = load_long_runs(path)
     m = machine()
-    row = {"run": len(runs) + 1, "commit": commit(summary_path.resolve().parent), "fresh_clone": fresh_clone,
+    code = Path(summary["code"]) if summary.get("code") else summary_path.resolve().parent
+    row = {"run": len(runs) + 1, "commit": commit(code), "fresh_clone": fresh_clone,
            "machine": f"{m.get('cpus')}-core {'AVX512_BF16' if m.get('bf16') else 'AVX2'}",
            **{k: summary.get(k) for k in LONG_KEYS}, "rl_steps": summary.get("rl_steps"),
            "sft_best_step": summary.get("sft_best_step"), "recipe": summary.get("recipe"), "tables": summary.get("tables"),

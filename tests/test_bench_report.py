@@ -153,3 +153,8 @@ def test_a_long_horizon_run_records_the_commit_of_the_clone_it_ran_in(tmp_path):
     summary.write_text(json.dumps({"rl": 0.5}))
     row = _report.record_long(summary, fresh_clone=True, path=tmp_path / "long.jsonl")
     assert row["commit"] == sha != _common.commit()
+    # a summary written under a run.root outside any clone names the source tree that ran
+    elsewhere = tmp_path / "elsewhere" / "lh-summary.json"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(json.dumps({"rl": 0.5, "code": str(clone)}))
+    assert _report.record_long(elsewhere, fresh_clone=False, path=tmp_path / "long.jsonl")["commit"] == sha

@@ -34,6 +34,7 @@ def test_demo_long_runs_every_stage_and_reports_per_bucket(long_demo):
     assert re.fullmatch(r"RESULT long_horizon base=\S+ sft=\S+ rl=\S+ acc_hops2_3=\S+ acc_n8=\S+ acc_n32=\S+ "
                         r"base_n32=\S+ tool_calls_first=\S+ tool_calls_last=\S+ max_turns=\d+ minutes=\S+", line)
     assert json.loads((tmp_path / "lh-summary.json").read_text())["rl"] == summary["rl"]
+    assert Path(summary["code"]) == Path(__file__).resolve().parents[1]  # the tree whose commit is recorded
     # the recipe id: the YAML and its overrides without where it ran; another override is another recipe
     from hexsearch.commands.demo_long import recipe_id
 

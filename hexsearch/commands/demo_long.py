@@ -154,7 +154,8 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
                "minutes": minutes, "stage_minutes": stages, "rl_steps": rl_summary["steps"],
                "sft_steps": sft_summary["steps"],
                "sft_best_step": sft_summary["best_step"], "tables": {"base": base, "sft": after_sft, "rl": after_rl},
-               "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "recipe": recipe_id(path, overrides)}
+               "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "recipe": recipe_id(path, overrides),
+               "code": str(Path(__file__).resolve().parents[2])}  # the source tree that ran (its commit is recorded)
     out = root / f"{name}-summary.json"
     out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     typer.echo(table(summary["tables"]))
