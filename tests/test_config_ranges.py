@@ -38,7 +38,7 @@ OLD_RANGES: dict[str, tuple[float, float | None, bool]] = {
     **{k: (0, None, False) for k in _POSITIVE_FLOATS},
     "agent.max_turns": (1, 1000, True), "agent.max_repeated_calls": (0, 1000, True), "agent.top_p": (0, 1, False),
     "agent.compact_to": (0, 0.95, True), "agent.valid_inst_ratio": (0, 1, True), "agent.aug_answer_weight": (0, 1, True),
-    "world.entities": (20, None, True), "world.max_hops": (1, 4, True), "world.lineage_length": (2, 64, True),
+    "world.entities": (20, None, True), "world.max_hops": (1, 4, True), "world.lineage_length": (2, 128, True),
     "train.eps_clip": (0, 1, False), "datagen.max_solver_accuracy": (0, 1, True), "datagen.dedup_threshold": (0, 1, False),
 }
 """hexsearch/limits.py's table as it was when the ranges moved onto the fields (the record this test keeps)."""

@@ -129,9 +129,22 @@ def test_no_lineages_leaves_the_world_unchanged(world, tmp_path):
         assert [r for r in rows(world, split) if r["family"] != "lineage"] == rows(tmp_path / "plain", split)
 
 
+def test_the_longest_lineage_is_sound(tmp_path):
+    """N up to MAX_LENGTH (128): the questions behind episodes of more than 100 turns."""
+    from world.lineage import MAX_LENGTH
+
+    out = tmp_path / "long"
+    generate_world(out, entities=40, seed=SEED, lineages=3, lineage_length=MAX_LENGTH, lineage_depths=[2, MAX_LENGTH])
+    report = verify_world(out)
+    assert report["problems"] == [] and report["sound"] == report["questions"]
+    longest = [r for r in lineage_rows(out) if r["n"] == MAX_LENGTH]
+    assert MAX_LENGTH == 128 and len(longest) == 3
+    assert all(r["min_searches"] == len(set(r["chain"])) == 128 for r in longest)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"lineage_length": 1}, "lineage_length must be between 2 and 64"),
-    ({"lineage_length": 65}, "lineage_length must be between 2 and 64"),
+    ({"lineage_length": 1}, "lineage_length must be between 2 and 128"),
+    ({"lineage_length": 129}, "lineage_length must be between 2 and 128"),
     ({"lineage_length": 8, "lineage_depths": [2, 16]}, "lineage_depths: 16 must be between 2 and lineage_length=8"),
     ({"lineage_depths": [1, 4]}, "lineage_depths: 1 must be between 2"),
     ({"lineage_depths": [4, 4]}, "must not repeat a depth"),
@@ -147,7 +160,7 @@ def test_bad_lineage_settings_are_refused(tmp_path, kwargs, message):
 def test_config_limits_and_cli(tmp_path):
     from hexsearch.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match="world.lineage_length: 1 is out of range: it must be at least 2 and at most 64"):
+    with pytest.raises(ConfigError, match="world.lineage_length: 1 is out of range: it must be at least 2 and at most 128"):
         load_config(None, ["world.lineage_length=1"])
     assert load_config(None, ["world.lineages=4"]).world.lineage_depths == DEPTHS
     out = subprocess.run([sys.executable, "-m", "hexsearch.cli", "-q", "world", "generate", "--out", str(tmp_path / "w"),

@@ -37,7 +37,7 @@ class WorldConfig:
     lineages: int = 0
     """Number of lineages of masters for the long-horizon "lineage" questions (0: none, and the world is exactly the one without them)."""
     lineage_length: int = ranged(32, ge=2, le=MAX_LENGTH)
-    """People per lineage, founder included (2-64); a lineage question needs up to this many searches."""
+    """People per lineage, founder included (2-128); a lineage question needs up to this many searches."""
     lineage_depths: list[int] = field(default_factory=lambda: [2, 4, 8, 16, 32])
     """The N asked from each lineage (each 2..lineage_length): one question per N, starting N-1 masters below the founder. This default list is cut to lineage_length."""
 

@@ -212,9 +212,11 @@ def _crafts(rng: random.Random, lineages: int) -> list[str]:
 def _lineage(ents: list[Entity], names: NameMaker, rng: random.Random, index: int, length: int, craft: str) -> list[int]:
     """Append one lineage of `length` people (founder first, each the pupil of the one before) to `ents`.
 
-    A pupil is born 12-26 years after the master, whom the pupil outlives or who lives at least 20
-    years past the pupil's birth; the last pupil is born 1850-1980, so the founder stays after 200."""
-    gaps = [rng.randint(12, 26) for _ in range(length - 1)]
+    A pupil is born 12-26 years after the master (a lineage of more than 64 draws from a narrower range,
+    down to 12 years at 128), whom the pupil outlives or who lives at least 20 years past the pupil's birth;
+    the last pupil is born 1850-1980, so the founder stays after 200 (the reader reads no year before 0)."""
+    widest = min(26, 1650 // max(1, length - 1))  # 26 up to 64 people: those worlds are unchanged
+    gaps = [rng.randint(min(12, widest), widest) for _ in range(length - 1)]
     born = rng.randint(1850, 1980) - sum(gaps)
     ids: list[int] = []
     for i in range(length):

@@ -23,7 +23,7 @@ from world.phrases import LINEAGE_Q
 from world.questions import SPLITS, Question, aliases
 
 DEFAULT_DEPTHS = (2, 4, 8, 16, 32)
-MAX_LENGTH = 64
+MAX_LENGTH = 128
 
 
 def split_lineages(world: World, fractions: tuple[float, float, float]) -> list[str]:

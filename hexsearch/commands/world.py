@@ -126,7 +126,7 @@ def generate(
     questions_per_entity: float = typer.Option(3.0, "--questions-per-entity", help="Questions per entity."),
     splits: str = typer.Option("0.8,0.1,0.1", "--splits", help="Train,dev,test fractions (by start entity)."),
     lineages: int = typer.Option(0, "--lineages", help="Lineages of masters for lineage questions (0: none)."),
-    lineage_length: int = typer.Option(32, "--lineage-length", help="People per lineage, founder included (2-64)."),
+    lineage_length: int = typer.Option(32, "--lineage-length", help="People per lineage, founder included (2-128)."),
     lineage_depths: str = typer.Option("", "--lineage-depths",
                                        help="The N asked per lineage, e.g. 2,4,8 (default: 2,4,8,16,32 up to the length)."),
 ) -> None:
