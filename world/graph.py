@@ -215,9 +215,11 @@ def _lineage(ents: list[Entity], names: NameMaker, rng: random.Random, index: in
     A pupil is born 12-26 years after the master (a lineage of more than 64 draws from a narrower range,
     down to 12 years at 128), whom the pupil outlives or who lives at least 20 years past the pupil's birth;
     the last pupil is born 1850-1980, so the founder stays after 200 (the reader reads no year before 0)."""
-    widest = min(26, 1650 // max(1, length - 1))  # 26 up to 64 people: those worlds are unchanged
-    gaps = [rng.randint(min(12, widest), widest) for _ in range(length - 1)]
-    born = rng.randint(1850, 1980) - sum(gaps)
+    earliest_last, earliest_founder = 1850, 200
+    # 26 up to 64 people (those worlds are unchanged); 12 at lineage.MAX_LENGTH = 128
+    widest = min(26, (earliest_last - earliest_founder) // (length - 1))
+    gaps = [rng.randint(12, widest) for _ in range(length - 1)]
+    born = rng.randint(earliest_last, 1980) - sum(gaps)
     ids: list[int] = []
     for i in range(length):
         gap = gaps[i] if i < len(gaps) else 0
