@@ -1,4 +1,5 @@
-"""`hexsearch` command line: one entry point for train, sft, ask, serve, index, tools, world, datagen, eval, plan, config, view, export.
+"""`hexsearch` command line: one entry point for train, sft, ask, serve, index, tools, world, datagen, eval, plan, config,
+view, export, check-logprobs.
 
 Each command group lives in `hexsearch/commands/<group>.py` and registers itself on the app.
 Heavy imports (torch, ray, faiss) happen inside the commands, so `hexsearch --help` is instant.
@@ -13,6 +14,7 @@ import typer
 
 from hexsearch.commands import (
     ask,
+    check_logprobs,
     config_cmd,
     datagen,
     demo,
@@ -43,7 +45,8 @@ def _root(quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress b
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-for module in (train, sft, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, demo_long, view, export):
+for module in (train, sft, ask, serve, index, tools_cmd, world, datagen, eval_cmd, plan, config_cmd, demo, demo_long, view,
+               export, check_logprobs):
     module.register(app)
 
 

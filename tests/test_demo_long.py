@@ -56,6 +56,10 @@ def test_demo_long_runs_every_stage_and_reports_per_bucket(long_demo):
     turns = [json.loads(x)["num_turns"] for p in (Path(summary["runs"]["rl"]) / "trajectories").glob("*.jsonl")
              for x in p.read_text().splitlines()]
     assert summary["max_turns"] == max(turns) > 0
+    # ... and its longest trained episodes are token-exact under the weights that sampled them
+    exact = summary["token_exact"]
+    assert exact["ok"] and exact["checked"] > 0 and 0 in exact["versions"], exact
+    assert exact["mean_diff"] <= exact["tolerance"] and 0 < exact["longest_turns"] <= summary["max_turns"]
 
 
 def test_exported_long_horizon_policy_evaluates_on_any_local_qa_file(long_demo, tmp_path):

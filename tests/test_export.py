@@ -18,7 +18,8 @@ from trainer.config import TrainConfig
 from trainer.learner import Learner
 
 
-def _trained_run(root: Path, name: str, cfg: TrainConfig, *, legacy: bool = False) -> tuple[Path, Learner]:
+def _trained_run(root: Path, name: str, cfg: TrainConfig, *, legacy: bool = False,
+                 state: dict | None = None) -> tuple[Path, Learner]:
     """A run folder whose checkpoint holds weights the base model does not have (as if trained)."""
     learner = Learner(cfg, "tiny-random")
     gen = torch.Generator().manual_seed(0)
@@ -34,7 +35,7 @@ def _trained_run(root: Path, name: str, cfg: TrainConfig, *, legacy: bool = Fals
         torch.save({"params": learner.trainable_state(), "optimizer": learner.optimizer.state_dict()}, tmp / "learner.pt")
     else:
         learner_state.save(learner, tmp)
-    checkpoint.commit(tmp, 3, {"step": 3}, [])
+    checkpoint.commit(tmp, 3, state or {"step": 3}, [])
     return run, learner
 
 

@@ -77,3 +77,33 @@ def test_demo_trains_and_ends_with_the_result_line(tmp_path):
     assert results["steps"] == 1
     assert out.stdout.strip().splitlines()[-1] == result_line(results)
     assert (tmp_path / "d" / "reward_curve.png").exists()
+    # the trained trajectories are token-exact: the weights that sampled them re-score their policy tokens
+    # (in-process through the real command: a subprocess would add its imports' seconds three times)
+    from typer.testing import CliRunner
+
+    from hexsearch.cli import app
+    from hexsearch.commands.common import UserError
+
+    def check_logprobs(*args):
+        return CliRunner().invoke(app, ["check-logprobs", str(tmp_path / "d"), *args])
+
+    check = check_logprobs("--limit", "0", "--json")
+    assert check.exit_code == 0, check.output[-2000:]
+    report = json.loads(check.stdout)
+    assert report["ok"] and report["versions"] == [0] and report["checked"] > 0
+    assert report["mean_diff"] <= report["tolerance"]
+    # a log-prob recorded wrong is caught: shift one episode's by 0.5 and the check fails on that episode
+    rows = (tmp_path / "d" / "trajectories" / "train.jsonl").read_text().splitlines()
+    bad = json.loads(rows[0])
+    for s in bad["segments"]:
+        s["logprobs"] = [lp - 0.5 if m else lp for lp, m in zip(s["logprobs"], s["loss_mask"], strict=True)]
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    check = check_logprobs("--trajectories", str(tmp_path / "bad.jsonl"))
+    assert check.exit_code == 1 and check.stdout.splitlines()[-1].startswith("NOT token-exact: 1 episodes")
+    check = check_logprobs("--trajectories", str(tmp_path / "bad.jsonl"), "--json")
+    shifted = json.loads(check.stdout)["episodes"][0]
+    assert shifted["question_id"] == bad["question_id"] and abs(shifted["mean_diff"] - 0.5) < 0.1
+    # a row that is not a trajectory names its file and line
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + '\n{"nope": 1}\n')
+    check = check_logprobs("--trajectories", str(tmp_path / "bad.jsonl"))
+    assert isinstance(check.exception, UserError) and f"{tmp_path / 'bad.jsonl'}:2:" in str(check.exception)

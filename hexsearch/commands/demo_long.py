@@ -5,6 +5,7 @@
     sft_e = eval(test split, sft's best checkpoint)
     rl    = hexsearch train CONFIG train.init_from=sft  # async RL from the cold start
     rl_e  = eval(test split, rl's final checkpoint)
+    exact = check-logprobs(rl, the 4 longest trained episodes whose weights it kept)   # token-exact?
     RESULT long_horizon base=... sft=... rl=... acc_hops2_3=... acc_n8=... acc_n32=... base_n32=...
            tool_calls_first=... tool_calls_last=... max_turns=... minutes=...
 
@@ -109,6 +110,20 @@ def rl_figures(run_dir: Path) -> dict[str, Any]:
             "tool_calls_last": calls[-1] if calls else None, "max_turns": turns}
 
 
+def token_exact(run_dir: Path, episodes: int = 4) -> dict[str, Any]:
+    """The RL run's longest trained episodes re-scored by the weights that sampled them (trainer/logprob_check.py):
+    only those whose every version the run kept weights for, so each checked token is checked."""
+    from trainer.logprob_check import CheckError, check_run
+
+    try:
+        r = check_run(run_dir, limit=episodes, complete=True)
+    except CheckError as e:
+        return {"ok": False, "error": str(e)}
+    return {"ok": r.ok, "episodes": len(r.episodes), "longest_turns": max(e.turns for e in r.episodes),
+            "checked": r.checked, "versions": r.versions, "mean_diff": r.mean_diff, "max_diff": r.max_diff,
+            "dtype": r.dtype, "tolerance": r.tolerance}
+
+
 def recipe_id(config_path: str | Path, overrides: list[str] | None) -> str:
     """Which recipe a run followed: a short hash of its YAML file's text and its overrides, leaving out where it
     ran (run.name, run.root), so recorded runs are compared, and their median taken, only within one recipe."""
@@ -145,6 +160,10 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
     rl_run = _stage(root, f"{name}-rl", "results.json", ["train", *args, f"train.init_from={sft_run}"])
     rl_summary = json.loads((rl_run / "results.json").read_text(encoding="utf-8"))
     after_rl = evaluate_test(root, f"{name}-rl-test", args, _policy_of(cfg, rl_run))
+    exact = token_exact(rl_run)
+    typer.echo(f"token-exact: {exact['error']}" if "error" in exact else
+               f"token-exact: {exact['ok']} ({exact['episodes']} longest trained episodes, up to {exact['longest_turns']} "
+               f"turns, {exact['checked']} policy tokens, |diff| mean {exact['mean_diff']:.1e} max {exact['max_diff']:.1e})")
     stages = (base["minutes"] + stage_minutes(sft_run, "results.json") + after_sft["minutes"]
               + stage_minutes(rl_run, "results.json") + after_rl["minutes"])
     minutes = stages if resumed else (time.monotonic() - started) / 60
@@ -154,7 +173,8 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
                "minutes": minutes, "stage_minutes": stages, "rl_steps": rl_summary["steps"],
                "sft_steps": sft_summary["steps"],
                "sft_best_step": sft_summary["best_step"], "tables": {"base": base, "sft": after_sft, "rl": after_rl},
-               "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "recipe": recipe_id(path, overrides),
+               "token_exact": exact, "runs": {"sft": str(sft_run), "rl": str(rl_run)},
+               "recipe": recipe_id(path, overrides),
                "code": str(Path(__file__).resolve().parents[2])}  # the source tree that ran (its commit is recorded)
     out = root / f"{name}-summary.json"
     out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
