@@ -18,8 +18,11 @@ demo: setup
 demo-long: setup
 	$(HEX) demo-long
 
+# Two pytest-xdist workers, one test file at a time each, longest files first (tests/conftest.py): the long
+# tests wait on Ray, servers and subprocesses often enough that two overlap on 2 cores. TEST_WORKERS=0: serial.
+TEST_WORKERS ?= 2
 test: setup
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-slow: setup
 	$(VENV)/bin/python -m pytest -m slow $(PYTEST_ARGS)
