@@ -179,13 +179,19 @@ def long_text(runs: list[dict], current: str | None = None) -> list[str]:
             + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in runs]
     recipe = current if current and any(r.get("recipe") == current for r in runs) else runs[-1].get("recipe")
     same = [r for r in runs if r.get("recipe") == recipe]
-    figures = {k: spread([r[k] for r in same if r.get(k) is not None]) for k in keys
-               if any(r.get(k) is not None for r in same)}
     which = (f"of recipe {recipe}" + (" (configs/long-horizon.yaml now)" if recipe == current else " (the newest run's)")
              if recipe else "without a recipe id")
-    out += ["", f"Over the {len(same)} recorded run(s) {which}, median (min-max): "
-            + ", ".join(f"{k} {fmt(v)}" for k, v in figures.items()) + ".", ""]
-    return out
+    # one median per machine kind: a host without AVX512_BF16 trains in fp32, so its minutes (and its
+    # numerics) are not the same draw; the kind with the most runs first
+    machines: dict[str, list[dict]] = {}
+    for r in same:
+        machines.setdefault(r.get("machine") or "?", []).append(r)
+    for kind, group in sorted(machines.items(), key=lambda kv: -len(kv[1])):
+        figures = {k: spread([r[k] for r in group if r.get(k) is not None]) for k in keys
+                   if any(r.get(k) is not None for r in group)}
+        out += ["", f"Over the {len(group)} recorded run(s) {which} on {kind}, median (min-max): "
+                + ", ".join(f"{k} {fmt(v)}" for k, v in figures.items()) + "."]
+    return out + [""]
 
 
 def record_long(summary_path: Path, fresh_clone: bool, path: Path = LONG_RUNS) -> dict:

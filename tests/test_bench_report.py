@@ -132,6 +132,15 @@ def test_long_horizon_runs_are_recorded_and_rendered(tmp_path):
     text = "\n".join(_report.long_text(_report.load_long_runs(runs), current="abc123"))
     assert "Over the 2 recorded run(s) of recipe abc123 (configs/long-horizon.yaml now)" in text
     assert "rl 0.60 (0.50-0.70)" in text and "| 5 | " in text
+    # a run of the same recipe on another kind of machine is listed and has its own median, not pooled
+    other = {**json.loads(runs.read_text().splitlines()[-1]), "run": 6, "recipe": "abc123", "rl": 0.1,
+             "machine": "64-core TEST"}
+    with runs.open("a") as f:
+        f.write(json.dumps(other) + "\n")
+    text = "\n".join(_report.long_text(_report.load_long_runs(runs), current="abc123"))
+    assert "| 6 | " in text and "rl 0.60 (0.50-0.70)" in text
+    assert "Over the 1 recorded run(s) of recipe abc123 (configs/long-horizon.yaml now) on 64-core TEST, " \
+           "median (min-max): base 0.02 (1 run), sft 0.41 (1 run), rl 0.10 (1 run)" in text
     from hexsearch.commands.demo_long import recipe_id
 
     assert _report.current_recipe() == recipe_id(_common.ROOT / "configs" / "long-horizon.yaml", [])
