@@ -50,6 +50,14 @@ def run_config(run: Path) -> dict:
     return cfg if isinstance(cfg, dict) else {}
 
 
+def run_lora(cfg: dict) -> tuple[int, float, list[str]] | None:
+    """(rank, alpha, modules) of a run config's LoRA settings, None when it trained all weights."""
+    t = cfg.get("train") or {}
+    if int(t.get("lora_rank") or 0) <= 0:
+        return None
+    return int(t["lora_rank"]), float(t.get("lora_alpha", 32.0)), list(t.get("lora_modules") or [])
+
+
 def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
     """(run folder, newest valid checkpoint) of a run folder or of one `step-N` checkpoint folder."""
     from trainer import checkpoint
@@ -76,9 +84,7 @@ def export_run(path: str | Path, out: str | Path, *, adapter: bool = False, dtyp
     model = (cfg.get("engine") or {}).get("model")
     if not model:
         raise ExportError(f"{run}/config.yaml names no engine.model")
-    t = cfg.get("train") or {}
-    lora = (int(t["lora_rank"]), float(t.get("lora_alpha", 32.0)), list(t.get("lora_modules") or [])) \
-        if int(t.get("lora_rank") or 0) > 0 else None
+    lora = run_lora(cfg)
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty")

@@ -113,18 +113,15 @@ def version_weights(run: Path) -> dict[int, Path | None]:
     return out
 
 
-def _model(run: Path, base: str, ckpt: Path | None, dtype: str):
-    """An eval-mode model holding the weights of one version."""
+def _model(cfg: dict, base: str, ckpt: Path | None, dtype: str):
+    """An eval-mode model holding the weights of one version (`cfg`: the run's config.yaml)."""
     from serving.models import load_model, torch_dtype
 
     if ckpt is None:
         return load_model(base, dtype=dtype)
-    from trainer.export import _merged_model, read_trained_weights, run_config
+    from trainer.export import _merged_model, read_trained_weights, run_lora
 
-    t = run_config(run).get("train") or {}
-    lora = (int(t["lora_rank"]), float(t.get("lora_alpha", 32.0)), list(t.get("lora_modules") or [])) \
-        if int(t.get("lora_rank") or 0) > 0 else None
-    return _merged_model(base, read_trained_weights(ckpt), lora).to(torch_dtype(dtype)).eval()
+    return _merged_model(base, read_trained_weights(ckpt), run_lora(cfg)).to(torch_dtype(dtype)).eval()
 
 
 def check_run(run: Path, *, trajectories: Path | None = None, min_turns: int = 0, limit: int = 8,
@@ -138,9 +135,10 @@ def check_run(run: Path, *, trajectories: Path | None = None, min_turns: int = 0
     from trainer.export import ExportError, run_config
 
     try:
-        engine = run_config(run).get("engine") or {}
+        cfg = run_config(run)
     except ExportError as e:
         raise CheckError(str(e)) from None
+    engine = cfg.get("engine") or {}
     base = engine.get("model")
     if not base:
         raise CheckError(f"{run}/config.yaml names no engine.model")
@@ -162,7 +160,7 @@ def check_run(run: Path, *, trajectories: Path | None = None, min_turns: int = 0
     report.versions = wanted
     diffs: list[list[float]] = [[] for _ in episodes]
     for version in wanted:  # one model in memory at a time
-        model = _model(run, base, weights[version], resolved)
+        model = _model(cfg, base, weights[version], resolved)
         for i, t in enumerate(episodes):
             diffs[i] += _diffs(model, t, version)
         del model

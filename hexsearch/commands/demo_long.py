@@ -119,9 +119,7 @@ def token_exact(run_dir: Path, episodes: int = 4) -> dict[str, Any]:
         r = check_run(run_dir, limit=episodes, complete=True)
     except CheckError as e:
         return {"ok": False, "error": str(e)}
-    return {"ok": r.ok, "episodes": len(r.episodes), "longest_turns": max(e.turns for e in r.episodes),
-            "checked": r.checked, "versions": r.versions, "mean_diff": r.mean_diff, "max_diff": r.max_diff,
-            "dtype": r.dtype, "tolerance": r.tolerance}
+    return {**r.as_dict(), "episodes": len(r.episodes), "longest_turns": max(e.turns for e in r.episodes)}
 
 
 def recipe_id(config_path: str | Path, overrides: list[str] | None) -> str:
