@@ -49,6 +49,9 @@ class EvalConfig:
     keeps verdicts without output, and no trajectories are saved. True writes them in clear."""
     tool_cache: bool = True
     """Cache tool results in the run folder (`tools.sqlite`), so a resumed or repeated run never re-queries the web."""
+    unseen_hops: bool = True
+    """`hexsearch demo-long`: its test evaluations also ask the world's test questions of more hops than
+    `world.max_hops` (up to 4; `world.unseen_hop_questions`), which no stage trains on, in columns of their own."""
 
 
 class EvalRunConfig(WorkflowConfig, Protocol):

@@ -267,6 +267,33 @@ def test_resolve_world_follows_the_config(tmp_path):
     assert json.loads((path / "world.json").read_text())["seed"] == 2
 
 
+def test_unseen_hop_questions_are_held_out_and_sound_in_the_world_that_lacks_them(tmp_path):
+    """A 2-hop world with lineages gets the 3- and 4-hop test questions of the same world asked up to 4
+    hops: each starts from one of its own test entities (never a train one), reads pages whose text is its
+    own, and its reader finds each sound there; ids never collide. A 4-hop world has none to add."""
+    from world import unseen_hop_questions
+    from world.config import WorldConfig
+
+    cfg = WorldConfig(out=str(tmp_path / "w"), entities=60, max_hops=2, short_articles=True, lineages=3,
+                      lineage_length=8, lineage_depths=[2, 4, 8])
+    extra = unseen_hop_questions(cfg)
+    assert {r["hops"] for r in extra} == {3, 4} and all(r["family"] in ("bridge", "comparison") for r in extra)
+    assert (tmp_path / "w-hops4" / "world.json").exists()  # the wider world sits beside the configured one
+    own = resolve_world(cfg)
+    starts = {split: {s["start"] for r in rows(own, split) if r["family"] != "lineage" for s in r["program"]["sides"]}
+              for split in ("train", "dev", "test")}
+    extra_starts = {s["start"] for r in extra for s in r["program"]["sides"]}
+    assert extra_starts and not extra_starts & (starts["train"] | starts["dev"])
+    pages, kb, _ = read_world(own)
+    wider = {p["url"]: p["contents"] for p in jsonl(tmp_path / "w-hops4" / "pages.jsonl")}
+    for r in extra:
+        assert all(pages[url] == wider[url] for url in r["chain"])
+        assert check_question(r, pages, kb) == []
+    ids = {r["id"] for r in rows(own)}
+    assert len({r["id"] for r in extra}) == len(extra) and not ids & {r["id"] for r in extra}
+    assert unseen_hop_questions(WorldConfig(out=str(tmp_path / "w4"), entities=60, max_hops=4)) == []
+
+
 def hexsearch(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hexsearch.cli", *args], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1])

@@ -29,7 +29,7 @@ from world.generate import (
 )
 
 __all__ = ["FILES", "GENERATOR_VERSION", "QA_FILES", "WorldConfig", "default_world", "generate_world",
-           "resolve_world", "tools_world", "with_world_index", "work_units", "world_name"]
+           "resolve_world", "tools_world", "unseen_hop_questions", "with_world_index", "work_units", "world_name"]
 
 
 def resolve_world(cfg: WorldConfig) -> Path:
@@ -90,3 +90,35 @@ def with_world_index(cfg: W) -> tuple[W, Path | None]:
     from tools.index import default_index
 
     return replace(cfg, tools=replace(cfg.tools, index_dir=str(default_index(world)))), world
+
+
+def unseen_hop_questions(cfg: WorldConfig, split: str = "test") -> list[dict]:
+    """The `split`'s bridge and comparison questions of more hops than `cfg.max_hops` (up to the generator's 4),
+    for a world that trains on fewer hops than it could ask: how far a policy carries past the hops it saw.
+
+    They come from the same world with `max_hops=4` and no lineages. Its entities, their articles and the
+    split of every start entity are this world's own: they depend on the seed, entity count and splits only,
+    and lineages add pages of their own. So no train question of this world starts where one of these does.
+    Each row is checked by the reader against this world's pages (answerable from its chain alone, every
+    chain page needed, no bridge named); a row that fails raises ValueError. Ids get a `-h<hops>` suffix, so
+    they never collide with this world's ids."""
+    import json
+    from dataclasses import replace
+
+    from world.generate import MAX_HOPS
+    from world.reader import check_question, read_world
+
+    if cfg.max_hops >= MAX_HOPS:
+        return []
+    wider = replace(cfg, max_hops=MAX_HOPS, lineages=0, out=f"{cfg.out.rstrip('/')}-hops{MAX_HOPS}" if cfg.out else "")
+    lines = (resolve_world(wider) / QA_FILES[split]).read_text(encoding="utf-8").splitlines()
+    rows = [r for r in map(json.loads, filter(None, lines))
+            if r.get("family") in ("bridge", "comparison") and r["hops"] > cfg.max_hops]
+    if rows:
+        pages, kb, _ = read_world(resolve_world(cfg))
+        for r in rows:
+            missing = [url for url in r["chain"] if url not in pages]
+            problems = [f"chain page {missing[0]} is not in this world"] if missing else check_question(r, pages, kb)
+            if problems:
+                raise ValueError(f"unseen-hop question {r['id']} is not sound in this world: {'; '.join(problems)}")
+    return [{**r, "id": f"{r['id']}-h{r['hops']}"} for r in rows]

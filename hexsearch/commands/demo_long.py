@@ -1,18 +1,20 @@
 """`hexsearch demo-long` (`make demo-long`): the long-horizon recipe end to end on CPU.
 
-    base  = eval(test split, the base model)            # greedy, per bucket: hops1..3, n2..n32
+    test  = the world's test split + its 4-hop test questions (world.unseen_hop_questions: never trained on)
+    base  = eval(test, the base model)                  # greedy, per bucket: hops1..4, n2..n32
     sft   = hexsearch sft CONFIG                        # oracle episodes -> the best checkpoint on dev
-    sft_e = eval(test split, sft's best checkpoint)
+    sft_e = eval(test, sft's best checkpoint)
     rl    = hexsearch train CONFIG train.init_from=sft  # async RL from the cold start
-    rl_e  = eval(test split, rl's final checkpoint)
+    rl_e  = eval(test, rl's final checkpoint)
     exact = check-logprobs(rl, the 4 longest trained episodes whose weights it kept)   # token-exact?
     RESULT long_horizon base=... sft=... rl=... acc_hops2_3=... acc_n8=... acc_n32=... base_n32=...
            tool_calls_first=... tool_calls_last=... max_turns=... minutes=...
 
 Accuracy is exact match on the held-out test questions with greedy decoding (the eval harness's `world`
-scorer); tool calls are the RL run's sampled episodes on the largest-N bucket at its first and last step;
-max_turns is the most turns of any episode the RL run trained on; minutes is the command's wall clock (the
-sum of the stages' own wall times, `stage_minutes`, when a rerun reused finished stages).
+scorer); `overall`, and so base/sft/rl, is the test split's own, without the unseen-hop column. Tool calls
+are the RL run's sampled episodes on the largest-N bucket at its first and last step; max_turns is the most
+turns of any episode the RL run trained on; minutes is the command's wall clock (the sum of the stages' own
+wall times, `stage_minutes`, when a rerun reused finished stages).
 Each stage is its own `hexsearch` process and run folder (`<name>-base`, `-sft`, `-sft-test`, `-rl`,
 `-rl-test`); rerunning with the same run.name reuses finished stages. The summary goes to
 `<runs>/<name>-summary.json` (docs/training.md#long-horizon-search).
@@ -59,16 +61,42 @@ def stage_minutes(run: Path, final: str) -> float:
     return ((run / final).stat().st_mtime - (run / "config.yaml").stat().st_mtime) / 60
 
 
-def evaluate_test(root: Path, name: str, base_args: list[str], model: str) -> dict[str, Any]:
-    """Greedy accuracy of `model` on the world's test split: {"overall": avg@1, bucket: avg@1, ...} plus
-    mean tool calls per bucket under `calls/<bucket>`."""
-    run = _stage(root, name, "report.json", ["eval", *base_args, "eval.suite=world", 'eval.data=""', "eval.n=1",
-                                              "eval.k=[1]", "eval.temperature=0", "eval.limit=0", f"engine.model={model}"])
+def test_questions(cfg: Any, root: Path, name: str) -> tuple[str, list[str]]:
+    """The file every test evaluation reads, `<runs>/<name>-test.jsonl`: the world's test split, then its
+    unseen-hop questions (`world.unseen_hop_questions`: the 4-hop ones of a 3-hop recipe, which no stage
+    trains on). Returns (path, the buckets of the unseen-hop questions)."""
+    from agent.qa import question_bucket
+    from world import QA_FILES, resolve_world, unseen_hop_questions
+
+    test = (resolve_world(cfg.world) / QA_FILES["test"]).read_text(encoding="utf-8")
+    try:
+        unseen = unseen_hop_questions(cfg.world) if cfg.eval.unseen_hops else []
+    except OSError as e:  # e.g. no room for the wider world beside a read-only world.out: the test split alone
+        typer.echo(f"test: no unseen-hop questions ({e})")
+        unseen = []
+    path = root / f"{name}-test.jsonl"
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(test.rstrip("\n") + "\n" + "".join(json.dumps(r) + "\n" for r in unseen), encoding="utf-8")
+    return str(path), sorted({question_bucket(r) or "" for r in unseen} - {""})
+
+
+def evaluate_test(root: Path, name: str, base_args: list[str], model: str, data: str = "",
+                  unseen: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Greedy accuracy of `model` on the world's test split (or the QA file `data`): {"overall": avg@1,
+    bucket: avg@1, ...} plus mean tool calls per bucket under `calls/<bucket>`. The `unseen` buckets get
+    their columns but stay out of `overall`, so it is the test split's figure with or without them."""
+    run = _stage(root, name, "report.json", ["eval", *base_args, "eval.suite=world", "eval.data=" + (data or '""'),
+                                              "eval.n=1", "eval.k=[1]", "eval.temperature=0", "eval.limit=0",
+                                              f"engine.model={model}"])
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))
     out = {"overall": report["overall"]["avg@1"], "run": str(run), "minutes": stage_minutes(run, "report.json")}
-    for bucket, figures in report.get("groups", {}).get("bucket", {}).items():
+    buckets = report.get("groups", {}).get("bucket", {})
+    for bucket, figures in buckets.items():
         out[bucket] = figures["avg@1"]
         out[f"calls/{bucket}"] = figures["mean"]["tool_calls"]
+    seen = [g for b, g in buckets.items() if b not in unseen]
+    if unseen and seen:
+        out["overall"] = sum(g["questions"] * g["avg@1"] for g in seen) / sum(g["questions"] for g in seen)
     return out
 
 
@@ -149,15 +177,23 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
     started = time.monotonic()
     resumed = any((root / f"{name}-{stage}").exists() for stage in ("base", "sft", "sft-test", "rl", "rl-test"))
     typer.echo(world_line(cfg))  # generates the world and its index once, before the stages
-    base = evaluate_test(root, f"{name}-base", args, cfg.engine.model)
+    test, unseen = test_questions(cfg, root, name)
+    if unseen:
+        typer.echo(f"test: the world's test split and its unseen-hop questions ({', '.join(unseen)}; no stage trains "
+                   f"on them, and `overall` leaves them out) in {test}")
+
+    def evaluate(stage: str, model: str) -> dict[str, Any]:
+        return evaluate_test(root, f"{name}-{stage}", args, model, test, unseen)
+
+    base = evaluate("base", cfg.engine.model)
     typer.echo(f"base: test accuracy {base['overall']:.3f} ({base['run']})")
     sft_run = _stage(root, f"{name}-sft", "results.json", ["sft", *args])
     sft_summary = json.loads((sft_run / "results.json").read_text(encoding="utf-8"))
-    after_sft = evaluate_test(root, f"{name}-sft-test", args, _policy_of(cfg, sft_run))
+    after_sft = evaluate("sft-test", _policy_of(cfg, sft_run))
     typer.echo(f"sft: best step {sft_summary['best_step']}, test accuracy {after_sft['overall']:.3f}")
     rl_run = _stage(root, f"{name}-rl", "results.json", ["train", *args, f"train.init_from={sft_run}"])
     rl_summary = json.loads((rl_run / "results.json").read_text(encoding="utf-8"))
-    after_rl = evaluate_test(root, f"{name}-rl-test", args, _policy_of(cfg, rl_run))
+    after_rl = evaluate("rl-test", _policy_of(cfg, rl_run))
     exact = token_exact(rl_run)
     typer.echo(f"token-exact: {exact['error']}" if "error" in exact else
                f"token-exact: {exact['ok']} ({exact['episodes']} longest trained episodes, up to {exact['longest_turns']} "
@@ -171,18 +207,19 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
                "minutes": minutes, "stage_minutes": stages, "rl_steps": rl_summary["steps"],
                "sft_steps": sft_summary["steps"],
                "sft_best_step": sft_summary["best_step"], "tables": {"base": base, "sft": after_sft, "rl": after_rl},
-               "token_exact": exact, "runs": {"sft": str(sft_run), "rl": str(rl_run)},
+               "token_exact": exact, "runs": {"sft": str(sft_run), "rl": str(rl_run)}, "unseen_buckets": unseen,
                "recipe": recipe_id(path, overrides),
                "code": str(Path(__file__).resolve().parents[2])}  # the source tree that ran (its commit is recorded)
     out = root / f"{name}-summary.json"
     out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    typer.echo(table(summary["tables"]))
+    typer.echo(table(summary["tables"], unseen))
     typer.echo(result_line(summary))
     return summary
 
 
-def table(tables: dict[str, dict[str, Any]]) -> str:
-    """Markdown: accuracy and mean tool calls per bucket for base / SFT / SFT+RL."""
+def table(tables: dict[str, dict[str, Any]], unseen: list[str] | tuple[str, ...] = ()) -> str:
+    """Markdown: accuracy and mean tool calls per bucket for base / SFT / SFT+RL (`unseen`: buckets no stage
+    trained on, said so under the table)."""
     buckets = sorted({k for t in tables.values() for k in t if k.startswith(("hops", "n"))},
                      key=lambda b: (b[0], int(b.lstrip("hopsn"))))
     head = "| stage | overall | " + " | ".join(buckets) + " |"
@@ -190,7 +227,8 @@ def table(tables: dict[str, dict[str, Any]]) -> str:
     for stage, t in tables.items():
         cells = [f"{t[b]:.2f} ({t.get('calls/' + b, 0):.1f})" if b in t else "" for b in buckets]
         rows.append(f"| {stage} | {t['overall']:.3f} | " + " | ".join(cells) + " |")
-    return "\n".join(rows + ["(accuracy, and in brackets mean tool calls per episode)"])
+    note = f"; {', '.join(unseen)}: never trained on, not in overall" if unseen else ""
+    return "\n".join(rows + [f"(accuracy, and in brackets mean tool calls per episode{note})"])
 
 
 def _long_config_path() -> str:
