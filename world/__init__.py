@@ -96,7 +96,8 @@ def unseen_hop_questions(cfg: WorldConfig, split: str = "test") -> list[dict]:
     """The `split`'s bridge and comparison questions of more hops than `cfg.max_hops` (up to the generator's 4),
     for a world that trains on fewer hops than it could ask: how far a policy carries past the hops it saw.
 
-    They come from the same world with `max_hops=4` and no lineages. Its entities, their articles and the
+    They come from the same world with `max_hops=4` and no lineages (the cached default world for those
+    settings, or `<cfg.out>-hops4` beside an explicit `cfg.out`). Its entities, their articles and the
     split of every start entity are this world's own: they depend on the seed, entity count and splits only,
     and lineages add pages of their own. So no train question of this world starts where one of these does.
     Each row is checked by the reader against this world's pages (answerable from its chain alone, every
