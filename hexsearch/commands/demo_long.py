@@ -61,7 +61,7 @@ def stage_minutes(run: Path, final: str) -> float:
     return ((run / final).stat().st_mtime - (run / "config.yaml").stat().st_mtime) / 60
 
 
-def test_questions(cfg: Any, root: Path, name: str) -> tuple[str, list[str]]:
+def held_out_questions(cfg: Any, root: Path, name: str) -> tuple[str, list[str]]:
     """The file every test evaluation reads, `<runs>/<name>-test.jsonl`: the world's test split, then its
     unseen-hop questions (`world.unseen_hop_questions`: the 4-hop ones of a 3-hop recipe, which no stage
     trains on). Returns (path, the buckets of the unseen-hop questions)."""
@@ -177,7 +177,7 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
     started = time.monotonic()
     resumed = any((root / f"{name}-{stage}").exists() for stage in ("base", "sft", "sft-test", "rl", "rl-test"))
     typer.echo(world_line(cfg))  # generates the world and its index once, before the stages
-    test, unseen = test_questions(cfg, root, name)
+    test, unseen = held_out_questions(cfg, root, name)
     if unseen:
         typer.echo(f"test: the world's test split and its unseen-hop questions ({', '.join(unseen)}; no stage trains "
                    f"on them, and `overall` leaves them out) in {test}")
