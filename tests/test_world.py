@@ -292,6 +292,13 @@ def test_unseen_hop_questions_are_held_out_and_sound_in_the_world_that_lacks_the
     ids = {r["id"] for r in rows(own)}
     assert len({r["id"] for r in extra}) == len(extra) and not ids & {r["id"] for r in extra}
     assert unseen_hop_questions(WorldConfig(out=str(tmp_path / "w4"), entities=60, max_hops=4)) == []
+    # the held-out claim is checked each time, not assumed: a train question starting where one of them does
+    leak = {**extra[0], "split": "train"}
+    with open(own / "qa_train.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(leak) + "\n")
+    start = extra[0]["program"]["sides"][0]["start"]
+    with pytest.raises(ValueError, match=f"not held out and sound here: '{start}' starts a train question"):
+        unseen_hop_questions(cfg)
 
 
 def hexsearch(*args: str) -> subprocess.CompletedProcess:

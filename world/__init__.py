@@ -99,8 +99,9 @@ def unseen_hop_questions(cfg: WorldConfig, split: str = "test") -> list[dict]:
     They come from the same world with `max_hops=4` and no lineages (the cached default world for those
     settings, or `<cfg.out>-hops4` beside an explicit `cfg.out`). Its entities, their articles and the
     split of every start entity are this world's own: they depend on the seed, entity count and splits only,
-    and lineages add pages of their own. So no train question of this world starts where one of these does.
-    Each row is checked by the reader against this world's pages (answerable from its chain alone, every
+    and lineages add pages of their own. So no question of this world's other splits starts where one of
+    these does. Both claims are checked, not assumed: each row's start entities against this world's other
+    splits, and each row by the reader against this world's pages (answerable from its chain alone, every
     chain page needed, no bridge named); a row that fails raises ValueError. Ids get a `-h<hops>` suffix, so
     they never collide with this world's ids."""
     import json
@@ -116,10 +117,17 @@ def unseen_hop_questions(cfg: WorldConfig, split: str = "test") -> list[dict]:
     rows = [r for r in map(json.loads, filter(None, lines))
             if r.get("family") in ("bridge", "comparison") and r["hops"] > cfg.max_hops]
     if rows:
-        pages, kb, _ = read_world(resolve_world(cfg))
+        own = resolve_world(cfg)
+        pages, kb, _ = read_world(own)
+        elsewhere = {side["start"]: other for other, name in QA_FILES.items() if other != split
+                     for line in (own / name).read_text(encoding="utf-8").splitlines() if line
+                     for side in json.loads(line)["program"]["sides"]}
         for r in rows:
             missing = [url for url in r["chain"] if url not in pages]
-            problems = [f"chain page {missing[0]} is not in this world"] if missing else check_question(r, pages, kb)
+            shared = [f"{side['start']!r} starts a {elsewhere[side['start']]} question of this world"
+                      for side in r["program"]["sides"] if side["start"] in elsewhere]
+            problems = shared or ([f"chain page {missing[0]} is not in this world"] if missing
+                                  else check_question(r, pages, kb))
             if problems:
-                raise ValueError(f"unseen-hop question {r['id']} is not sound in this world: {'; '.join(problems)}")
+                raise ValueError(f"unseen-hop question {r['id']} is not held out and sound here: {'; '.join(problems)}")
     return [{**r, "id": f"{r['id']}-h{r['hops']}"} for r in rows]

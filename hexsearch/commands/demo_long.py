@@ -77,15 +77,15 @@ def held_out_questions(cfg: Any, root: Path, name: str) -> tuple[str, list[str]]
     path = root / f"{name}-test.jsonl"
     root.mkdir(parents=True, exist_ok=True)
     path.write_text(test.rstrip("\n") + "\n" + "".join(json.dumps(r) + "\n" for r in unseen), encoding="utf-8")
-    return str(path), sorted({question_bucket(r) or "" for r in unseen} - {""})
+    return str(path), sorted({b for r in unseen if (b := question_bucket(r))})
 
 
-def evaluate_test(root: Path, name: str, base_args: list[str], model: str, data: str = "",
-                  unseen: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Greedy accuracy of `model` on the world's test split (or the QA file `data`): {"overall": avg@1,
+def evaluate_test(root: Path, name: str, base_args: list[str], model: str, data: str,
+                  unseen: list[str]) -> dict[str, Any]:
+    """Greedy accuracy of `model` on the test questions `data` (held_out_questions): {"overall": avg@1,
     bucket: avg@1, ...} plus mean tool calls per bucket under `calls/<bucket>`. The `unseen` buckets get
     their columns but stay out of `overall`, so it is the test split's figure with or without them."""
-    run = _stage(root, name, "report.json", ["eval", *base_args, "eval.suite=world", "eval.data=" + (data or '""'),
+    run = _stage(root, name, "report.json", ["eval", *base_args, "eval.suite=world", f"eval.data={data}",
                                               "eval.n=1", "eval.k=[1]", "eval.temperature=0", "eval.limit=0",
                                               f"engine.model={model}"])
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))
