@@ -126,3 +126,21 @@ def test_a_rerun_reuses_finished_stages(long_demo, capsys):
     # resumed run has no whole wall clock and reports the stages' own times
     assert summary["minutes"] > summary["stage_minutes"] > 0
     assert again["minutes"] == summary["stage_minutes"]
+
+
+def test_a_rerun_goes_on_with_an_sft_stage_stopped_after_its_checkpoint(long_demo, capsys):
+    """An SFT stage killed after writing its checkpoint (no results.json yet) is not started again: the rerun
+    resumes it (`hexsearch sft --resume`) and keeps the later stages, with the same figures."""
+    from hexsearch.commands.demo_long import run_long_demo
+
+    summary, root = long_demo
+    results = root / "lh-sft" / "results.json"
+    before = json.loads(results.read_text())
+    results.unlink()
+    again = run_long_demo("configs/long-horizon.yaml", [*TINY, f"run.root={root}", "run.name=lh"])
+    out = capsys.readouterr().out
+    assert "lh-sft: stopped after a checkpoint; going on from it" in out and out.count("done already") == 4
+    after = json.loads(results.read_text())
+    assert after["resumed_at_step"] == before["best_step"] == after["best_step"]
+    assert after["dev_reward_after"] == before["dev_reward_after"] and after["trajectories"] == before["trajectories"]
+    assert {k: again[k] for k in ("sft", "rl", "sft_best_step")} == {k: summary[k] for k in ("sft", "rl", "sft_best_step")}

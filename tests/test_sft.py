@@ -194,6 +194,45 @@ def test_init_from_starts_learner_and_engine_from_the_sft_weights(sft_run, tmp_p
     assert torch.equal(dict(learner.model.named_parameters())[name].detach(), saved[name])
 
 
+def test_resume_goes_on_from_the_kept_checkpoint_as_a_run_never_stopped(sft_run, tmp_path):
+    """`hexsearch sft --resume RUN sft.epochs=6`: weights, Adam moments, step and data order come back from the
+    kept (best) checkpoint, so every step after it matches a 6-epoch run that was never stopped; the steps after
+    the checkpoint are done again and metrics.jsonl holds each step once."""
+    import shutil
+
+    from hexsearch.commands.sft import run_sft
+
+    run, summary = sft_run
+    copy = tmp_path / "s"
+    shutil.copytree(run, copy)
+    resumed = run_sft("sft.epochs=6", [], resume=str(copy))  # the CLI's first positional holds the override
+    unbroken = run_sft("configs/quickstart.yaml", [*QUICK, f"run.root={tmp_path}", "run.name=u", "sft.max_items=4",
+                                                   "sft.batch_size=4", "sft.epochs=6", "sft.eval_every=2",
+                                                   "sft.lr=1e-3", "train.eval_questions=4", "train.precision=fp32"])
+    k = summary["best_step"]
+    assert resumed["resumed_at_step"] == k and resumed["steps"] == unbroken["steps"] == 6
+    assert resumed["best_step"] == unbroken["best_step"]
+    assert resumed["dev_reward_before"] == summary["dev_reward_before"]
+    rows = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
+    fresh = {r["step"]: r for r in (json.loads(line) for line in (tmp_path / "u" / "metrics.jsonl").read_text().splitlines())}
+    assert [r["step"] for r in rows] == list(range(7))
+    for r in rows[1:]:
+        assert r["sft/loss"] == pytest.approx(fresh[r["step"]]["sft/loss"], rel=1e-4), r["step"]
+    assert rows[-1]["sft/loss"] < rows[1]["sft/loss"]
+    assert (copy / "checkpoints" / "latest").read_text() == f"step-{resumed['best_step']}"
+
+
+def test_resume_refuses_a_config_file_and_a_new_batch_size(sft_run):
+    from hexsearch.commands.common import UserError
+    from hexsearch.commands.sft import run_sft
+
+    run, _ = sft_run
+    with pytest.raises(UserError, match="sft.batch_size=2 differs from the run's 4"):
+        run_sft("sft.batch_size=2", [], resume=str(run))
+    with pytest.raises(UserError, match="not the config file"):
+        run_sft("configs/quickstart.yaml", [], resume=str(run))
+
+
 # --- refusals -------------------------------------------------------------------------------------
 
 def _rows(sft_run) -> list[str]:

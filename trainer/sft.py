@@ -5,6 +5,8 @@
     for step in 1..: learners.train_step(batch, objective="sft")    # the RL learner, its SFT loss
         every sft.eval_every steps: engine <- weights, evaluate; a better dev reward -> checkpoint (the best
         one is kept); sft.patience evaluations without one -> stop
+    --resume: trajs <- the run's trajectories/sft.jsonl; learner <- its kept (best) checkpoint, step and data
+        order as they were there; the steps after it are done again (so sft.epochs=... extends a finished run)
     RESULT sft dev_reward_before=... dev_reward_after=... dev_accuracy_after=... steps=... trajectories=... minutes=...
 
 The learner is trainer/learner.py, the one RL trains (LoRA, precision, micro-batches, `train.learner`): one
@@ -21,6 +23,7 @@ import math
 import random
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from core.log import get_logger
@@ -29,7 +32,7 @@ from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import eval_figures
 from trainer.config import FullConfig, TrainConfig
-from trainer.metrics import MetricsLogger
+from trainer.metrics import MetricsLogger, read_metrics, truncate_after
 from trainer.sft_data import (
     SFTDataError,
     collect,
@@ -43,12 +46,12 @@ from trainer.sft_data import (
 log = get_logger(__name__)
 
 
-def sft(cfg: FullConfig, run: RunDir) -> dict[str, Any]:
-    """Run SFT into `run`; returns the summary written to results.json."""
-    return asyncio.run(_sft(cfg, run, time.time()))
+def sft(cfg: FullConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
+    """Run SFT into `run` (or continue the run in it, `resume`); returns the summary written to results.json."""
+    return asyncio.run(_sft(cfg, run, time.time(), resume))
 
 
-async def _sft(cfg: FullConfig, run: RunDir, t_start: float) -> dict[str, Any]:
+async def _sft(cfg: FullConfig, run: RunDir, t_start: float, resume: bool = False) -> dict[str, Any]:
     from agent.workflow import make_workflow
     from serving.factory import build_engine
     from trainer.runtime import load_questions, spread_over_buckets
@@ -64,6 +67,11 @@ async def _sft(cfg: FullConfig, run: RunDir, t_start: float) -> dict[str, Any]:
     engine = build_engine(cfg.engine)
     workflow = make_workflow(cfg, world_dir=world)
     try:
+        if resume:  # exactly what the run trained on, whatever sft.source would draw now
+            trajs = read_trajectories(run.trajectories / "sft.jsonl", engine.tokenizer)
+            counts = _Resume.counts(run)
+            refuse_heldout(trajs, heldout, f"resumed run {run.path}")
+            return await _train(cfg, run, trajs, counts, engine, workflow, dev_items, t_start, _Resume.of(run))
         if s.source == "file":
             if not s.data:
                 raise SFTDataError("sft.source=file needs sft.data: a trajectories JSONL")
@@ -87,7 +95,7 @@ async def _sft(cfg: FullConfig, run: RunDir, t_start: float) -> dict[str, Any]:
 
 
 async def _train(cfg: FullConfig, run: RunDir, trajs: list, counts: dict[str, float], engine: Any, workflow: Any,
-                 dev_items: list, t_start: float) -> dict[str, Any]:
+                 dev_items: list, t_start: float, resumed: _Resume | None = None) -> dict[str, Any]:
     s = cfg.sft
     per_epoch = math.ceil(len(trajs) / s.batch_size)
     total = max(1, math.ceil(s.epochs * per_epoch))
@@ -98,19 +106,34 @@ async def _train(cfg: FullConfig, run: RunDir, trajs: list, counts: dict[str, fl
                             tcfg.wandb_project if tcfg.wandb else None, run.path.name)
     evaluator = _Evaluator(workflow.with_temperature(tcfg.eval_temperature), engine, dev_items, tcfg.eval_seed,
                            s.concurrency)
+    order, rng = [], random.Random(cfg.run.seed)
+
+    def next_batch() -> list:
+        nonlocal order
+        if len(order) < s.batch_size:  # the next epoch, shuffled, after what is left of this one
+            nxt = list(range(len(trajs)))
+            rng.shuffle(nxt)
+            order += nxt
+        batch, order = [trajs[i] for i in order[: s.batch_size]], order[s.batch_size:]
+        return batch
+
     try:
-        before = await evaluator()
-        metrics.log(0, {**before, **counts, "sft/trajectories": float(len(trajs))})
-        order, rng = [], random.Random(cfg.run.seed)
-        best: dict[str, Any] = {"reward": -math.inf, "step": 0, "eval": before}
-        since_best = step = 0
+        if resumed is None:
+            before = await evaluator()
+            metrics.log(0, {**before, **counts, "sft/trajectories": float(len(trajs))})
+            best: dict[str, Any] = {"reward": -math.inf, "step": 0, "eval": before}
+            step = 0
+        else:
+            before, best, step = resumed.before, resumed.best, resumed.step
+            await learners.load(str(resumed.checkpoint))
+            for _ in range(step):  # the data order the checkpoint's steps consumed
+                next_batch()
+            log.warning("sft: resumed at step %d (its best checkpoint) of %d", step, total)
+        since_best = 0
         with progress("sft", total=total) as bar:
+            bar.advance(step)
             while step < total:
-                if len(order) < s.batch_size:  # the next epoch, shuffled, after what is left of this one
-                    nxt = list(range(len(trajs)))
-                    rng.shuffle(nxt)
-                    order += nxt
-                batch, order = [trajs[i] for i in order[: s.batch_size]], order[s.batch_size:]
+                batch = next_batch()
                 stats = await learners.train_step(to_samples(batch), step, "sft")
                 step += 1
                 row = {"sft/loss": stats["train/nll"], "sft/tokens": stats["train/policy_tokens"],
@@ -142,6 +165,8 @@ async def _train(cfg: FullConfig, run: RunDir, trajs: list, counts: dict[str, fl
                "dev_reward_before": before.get("eval/reward"), "dev_accuracy_before": before.get("eval/accuracy"),
                "dev_reward_after": after.get("eval/reward"), "dev_accuracy_after": after.get("eval/accuracy"),
                "source": s.source, **{k.split("/", 1)[1]: int(v) for k, v in counts.items()}}
+    if resumed is not None:
+        summary["resumed_at_step"] = resumed.step
     run.write_json(run.results, summary)
     return summary
 
@@ -152,6 +177,41 @@ async def _save(learners: Any, run: RunDir, step: int, best: dict[str, Any], tcf
     await learners.save(str(tmp))
     state = {"loop": {"step": step, "version": step}, "sft": {"best_step": step, "dev_reward": best["reward"]}}
     checkpoint.commit(tmp, step, state, [], keep=1)
+
+
+class _Resume:
+    """Where a stopped or finished SFT run goes on from: its one kept checkpoint (the best evaluation so far),
+    whose step, dev figures and evaluation before training come back from state.json and metrics.jsonl."""
+
+    def __init__(self, checkpoint: Path, step: int, best: dict[str, Any], before: dict[str, Any]):
+        self.checkpoint, self.step, self.best, self.before = checkpoint, step, best, before
+
+    @staticmethod
+    def _rows(run: RunDir) -> list[dict[str, Any]]:
+        rows = read_metrics(run.metrics)
+        if not rows or rows[0].get("step") != 0:
+            raise SFTDataError(f"{run.path}: no metrics.jsonl row of step 0 (not an SFT run folder?)")
+        return rows
+
+    @classmethod
+    def counts(cls, run: RunDir) -> dict[str, float]:
+        return {k: v for k, v in cls._rows(run)[0].items() if k.startswith("sft/") and k != "sft/trajectories"}
+
+    @classmethod
+    def of(cls, run: RunDir) -> _Resume:
+        path = checkpoint.latest(run.checkpoints)
+        if path is None:
+            raise SFTDataError(f"{run.path}: no checkpoint to resume from (SFT keeps one at each better evaluation)")
+        state, _ = checkpoint.load(path)
+        step = int(state["loop"]["step"])
+        rows = cls._rows(run)
+        at = [r for r in rows if r.get("step") == step and "eval/reward" in r]
+        if not at:
+            raise SFTDataError(f"{run.path}: metrics.jsonl has no evaluation at the checkpoint's step {step}")
+        evals = lambda row: {k: v for k, v in row.items() if k.startswith(("eval/", "time/eval"))}  # noqa: E731
+        truncate_after(run.metrics, step)  # the steps after the checkpoint are done again
+        return cls(path, step, {"reward": float(state["sft"]["dev_reward"]), "step": step, "eval": evals(at[-1])},
+                   evals(rows[0]))
 
 
 class _Evaluator:
@@ -204,6 +264,11 @@ class _LocalLearner:
 
         await asyncio.to_thread(learner_state.save, self.learner, folder)
 
+    async def load(self, folder: str) -> None:
+        from trainer import learner_state
+
+        await asyncio.to_thread(learner_state.load, self.learner, folder)
+
     def close(self) -> None:
         self.learner = None
 
@@ -229,6 +294,9 @@ class _RayLearners:
 
     async def save(self, folder: str) -> None:
         await self.group.save(folder)
+
+    async def load(self, folder: str) -> None:
+        await self.group.load(folder)
 
     def close(self) -> None:
         for actor in self.group.actors:  # a shared cluster outlives the run: its actors must not

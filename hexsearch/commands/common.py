@@ -34,6 +34,20 @@ def config_from_cli(config: str | None, overrides: list[str] | None) -> HexConfi
         raise UserError(str(e)) from e
 
 
+def resumed_config(resume: str, config: str | None, overrides: list[str] | None) -> HexConfig:
+    """`--resume RUN [key=value ...]`: the run folder's own config.yaml with the overrides on top. The first
+    override arrives as `config` (the CLI's first positional), so it is taken back as one; a config file
+    besides --resume is refused, since the run continues under the config it was started with."""
+    if not (Path(resume) / "config.yaml").exists():
+        raise UserError(f"--resume {resume}: not a run folder (no config.yaml)")
+    if config is not None:
+        if "=" not in config or Path(config).exists():
+            raise UserError(f"--resume {resume} continues with the run's own config.yaml: give key=value overrides, "
+                            f"not the config file {config}")
+        overrides = [config, *(overrides or [])]
+    return config_from_cli(str(Path(resume) / "config.yaml"), overrides)
+
+
 def open_run(cfg: HexConfig, kind: str) -> RunDir:
     """Create the run folder for a command and save its resolved config there."""
     run = RunDir.create(cfg.run.root, cfg.run.name or None, kind=kind)

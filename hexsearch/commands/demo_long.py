@@ -43,14 +43,20 @@ def _stage(root: Path, name: str, final: str, args: list[str]) -> Path:
     """Run one stage as its own `hexsearch` process (so each stage's memory goes back to the OS before the
     next one: an SFT learner and engine left in this process starved RL's Ray actors), unless its run folder
     already holds `final` (a stopped `demo-long` rerun with the same run.name resumes after its last
-    finished stage). Returns the stage's run folder."""
+    finished stage). An SFT stage stopped after a checkpoint goes on from it (`hexsearch sft --resume`: the
+    same steps as an unbroken run); any other unfinished stage starts again. Returns the stage's run folder."""
     run = root / name
     if (run / final).exists():
         typer.echo(f"{name}: done already ({run / final}); reused")
         return run
-    if run.exists():  # a stage that did not finish: start it again from nothing
+    command, config, overrides = args[0], args[1], args[2:]
+    cli = [command, config, *overrides, f"run.name={name}"]
+    if command == "sft" and (run / "checkpoints" / "latest").exists():
+        typer.echo(f"{name}: stopped after a checkpoint; going on from it")
+        cli = [command, "--resume", str(run), *overrides, f"run.name={name}"]
+    elif run.exists():  # a stage that did not finish: start it again from nothing
         shutil.rmtree(run)
-    done = subprocess.run([sys.executable, "-m", "hexsearch.cli", *args, f"run.name={name}"], check=False)
+    done = subprocess.run([sys.executable, "-m", "hexsearch.cli", *cli], check=False)
     if done.returncode != 0 or not (run / final).exists():
         raise UserError(f"demo-long: stage {name} failed (exit {done.returncode}); see {run}/log.txt")
     return run

@@ -22,7 +22,14 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from hexsearch.commands.common import CONFIG_ARG, OVERRIDES_ARG, UserError, config_from_cli, open_run
+from hexsearch.commands.common import (
+    CONFIG_ARG,
+    OVERRIDES_ARG,
+    UserError,
+    config_from_cli,
+    open_run,
+    resumed_config,
+)
 
 
 class _EvalGroup(TyperGroup):
@@ -76,11 +83,8 @@ def run_eval(
 
     flags = _overrides(suite, data, n, k, limit)
     if resume:
-        path = Path(resume)
-        if not (path / "config.yaml").exists():
-            raise UserError(f"--resume {resume}: not a run folder (no config.yaml)")
-        cfg = config_from_cli(str(path / "config.yaml"), [*(overrides or []), *flags])
-        run = RunDir(path)
+        cfg = resumed_config(resume, config, [*(overrides or []), *flags])
+        run = RunDir(Path(resume))
     else:
         cfg = config_from_cli(config, [*(overrides or []), *flags])
         run = open_run(cfg, "eval")

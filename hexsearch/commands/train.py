@@ -13,6 +13,7 @@ from hexsearch.commands.common import (
     check_bucket_weights,
     config_from_cli,
     open_run,
+    resumed_config,
 )
 
 
@@ -30,13 +31,7 @@ def run_training(config: str | None, overrides: list[str] | None, resume: str | 
     from core.log import setup_logging
     from core.rundir import RunDir
 
-    if resume:
-        run_path = Path(resume)
-        if not (run_path / "config.yaml").exists():
-            raise UserError(f"--resume {resume}: not a run folder (no config.yaml)")
-        cfg = config_from_cli(str(run_path / "config.yaml"), overrides)
-    else:
-        cfg = config_from_cli(config, overrides)
+    cfg = resumed_config(resume, config, overrides) if resume else config_from_cli(config, overrides)
     _check(cfg)  # before a run folder is made: a bad config leaves nothing behind
     cfg = _init_from(cfg)  # before the run folder too: its config.yaml names the policy it starts from
     run = RunDir(Path(resume)) if resume else open_run(cfg, "train")
