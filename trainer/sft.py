@@ -23,7 +23,6 @@ import math
 import random
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from core.log import get_logger
@@ -68,10 +67,10 @@ async def _sft(cfg: FullConfig, run: RunDir, t_start: float, resume: bool = Fals
     workflow = make_workflow(cfg, world_dir=world)
     try:
         if resume:  # exactly what the run trained on, whatever sft.source would draw now
+            resumed = _Resume(run)
             trajs = read_trajectories(run.trajectories / "sft.jsonl", engine.tokenizer)
-            counts = _Resume.counts(run)
             refuse_heldout(trajs, heldout, f"resumed run {run.path}")
-            return await _train(cfg, run, trajs, counts, engine, workflow, dev_items, t_start, _Resume.of(run))
+            return await _train(cfg, run, trajs, resumed.counts, engine, workflow, dev_items, t_start, resumed)
         if s.source == "file":
             if not s.data:
                 raise SFTDataError("sft.source=file needs sft.data: a trajectories JSONL")
@@ -126,6 +125,7 @@ async def _train(cfg: FullConfig, run: RunDir, trajs: list, counts: dict[str, fl
         else:
             before, best, step = resumed.before, resumed.best, resumed.step
             await learners.load(str(resumed.checkpoint))
+            truncate_after(run.metrics, step)  # the steps after the checkpoint are done again
             for _ in range(step):  # the data order the checkpoint's steps consumed
                 next_batch()
             log.warning("sft: resumed at step %d (its best checkpoint) of %d", step, total)
@@ -179,39 +179,31 @@ async def _save(learners: Any, run: RunDir, step: int, best: dict[str, Any], tcf
     checkpoint.commit(tmp, step, state, [], keep=1)
 
 
+def _eval_part(row: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation figures of a metrics.jsonl row."""
+    return {k: v for k, v in row.items() if k.startswith(("eval/", "time/eval"))}
+
+
 class _Resume:
     """Where a stopped or finished SFT run goes on from: its one kept checkpoint (the best evaluation so far),
-    whose step, dev figures and evaluation before training come back from state.json and metrics.jsonl."""
+    whose step and dev figures, the evaluation before training and the source's counts come back from
+    state.json and metrics.jsonl (read once, here)."""
 
-    def __init__(self, checkpoint: Path, step: int, best: dict[str, Any], before: dict[str, Any]):
-        self.checkpoint, self.step, self.best, self.before = checkpoint, step, best, before
-
-    @staticmethod
-    def _rows(run: RunDir) -> list[dict[str, Any]]:
-        rows = read_metrics(run.metrics)
-        if not rows or rows[0].get("step") != 0:
-            raise SFTDataError(f"{run.path}: no metrics.jsonl row of step 0 (not an SFT run folder?)")
-        return rows
-
-    @classmethod
-    def counts(cls, run: RunDir) -> dict[str, float]:
-        return {k: v for k, v in cls._rows(run)[0].items() if k.startswith("sft/") and k != "sft/trajectories"}
-
-    @classmethod
-    def of(cls, run: RunDir) -> _Resume:
+    def __init__(self, run: RunDir):
         path = checkpoint.latest(run.checkpoints)
         if path is None:
             raise SFTDataError(f"{run.path}: no checkpoint to resume from (SFT keeps one at each better evaluation)")
         state, _ = checkpoint.load(path)
-        step = int(state["loop"]["step"])
-        rows = cls._rows(run)
-        at = [r for r in rows if r.get("step") == step and "eval/reward" in r]
+        rows = read_metrics(run.metrics)
+        if not rows or rows[0].get("step") != 0:
+            raise SFTDataError(f"{run.path}: no metrics.jsonl row of step 0 (not an SFT run folder?)")
+        self.checkpoint, self.step = path, int(state["loop"]["step"])
+        at = [r for r in rows if r.get("step") == self.step and "eval/reward" in r]
         if not at:
-            raise SFTDataError(f"{run.path}: metrics.jsonl has no evaluation at the checkpoint's step {step}")
-        evals = lambda row: {k: v for k, v in row.items() if k.startswith(("eval/", "time/eval"))}  # noqa: E731
-        truncate_after(run.metrics, step)  # the steps after the checkpoint are done again
-        return cls(path, step, {"reward": float(state["sft"]["dev_reward"]), "step": step, "eval": evals(at[-1])},
-                   evals(rows[0]))
+            raise SFTDataError(f"{run.path}: metrics.jsonl has no evaluation at the checkpoint's step {self.step}")
+        self.best = {"reward": float(state["sft"]["dev_reward"]), "step": self.step, "eval": _eval_part(at[-1])}
+        self.before = _eval_part(rows[0])
+        self.counts = {k: v for k, v in rows[0].items() if k.startswith("sft/") and k != "sft/trajectories"}
 
 
 class _Evaluator:

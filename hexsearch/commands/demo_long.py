@@ -49,14 +49,14 @@ def _stage(root: Path, name: str, final: str, args: list[str]) -> Path:
     if (run / final).exists():
         typer.echo(f"{name}: done already ({run / final}); reused")
         return run
-    command, config, overrides = args[0], args[1], args[2:]
-    cli = [command, config, *overrides, f"run.name={name}"]
+    command, source, overrides = args[0], [args[1]], args[2:]  # source: the config file, or the run resumed
     if command == "sft" and (run / "checkpoints" / "latest").exists():
         typer.echo(f"{name}: stopped after a checkpoint; going on from it")
-        cli = [command, "--resume", str(run), *overrides, f"run.name={name}"]
+        source = ["--resume", str(run)]
     elif run.exists():  # a stage that did not finish: start it again from nothing
         shutil.rmtree(run)
-    done = subprocess.run([sys.executable, "-m", "hexsearch.cli", *cli], check=False)
+    done = subprocess.run([sys.executable, "-m", "hexsearch.cli", command, *source, *overrides, f"run.name={name}"],
+                          check=False)
     if done.returncode != 0 or not (run / final).exists():
         raise UserError(f"demo-long: stage {name} failed (exit {done.returncode}); see {run}/log.txt")
     return run
