@@ -149,6 +149,8 @@ def _explain(err: OmegaConfBaseException, schema: DictConfig, source: str, layer
             return ConfigError(f"{source}: bad value for '{dotted}': {value!r} is not one of: "
                                f"{', '.join(map(str, valid))}")
         msg = str(err).splitlines()[0]
+        if ":" in key.rsplit(".", 1)[-1]:  # YAML read `{a:1}` as the key "a:1" (flow mappings need ": ")
+            msg += "; write a mapping with a space after each colon, e.g. 'train.bucket_weights={hops1: 2, hops2: 4}'"
         return ConfigError(f"{source}: bad value for '{key}': {msg}")
     return ConfigError(f"{source}: {str(err).splitlines()[0]}")
 

@@ -60,6 +60,13 @@ def test_unknown_section_lists_sections():
         load_config(None, ["trian.lr=1"])
 
 
+def test_a_mapping_written_without_spaces_gets_the_syntax_that_works():
+    """`{hops1:1}` is YAML for the key "hops1:1" with no value: the error says how to write the mapping."""
+    with pytest.raises(ConfigError, match=r"'train.bucket_weights.hops1:1'.*a space after each colon"):
+        load_config(None, ["train.bucket_weights={hops1:1,hops2:5}"])
+    assert load_config(None, ["train.bucket_weights={hops1: 1, hops2: 5}"]).train.bucket_weights == {"hops1": 1, "hops2": 5}
+
+
 def test_wrong_type_names_key():
     with pytest.raises(ConfigError, match="train.steps"):
         load_config(None, ["train.steps=many"])

@@ -69,6 +69,16 @@ def test_demo_long_runs_every_stage_and_reports_per_bucket(long_demo):
     assert "artifacts/policy-step-" in rl_cfg and summary["runs"]["sft"] in rl_cfg
     # the figures are the RL run's own: tool calls of its largest-N bucket, the most turns it trained on
     rows = [json.loads(x) for x in (Path(summary["runs"]["rl"]) / "metrics.jsonl").read_text().splitlines()]
+    # RL's dev evaluation before training is the SFT stage's of the same weights (train.reuse_init_eval), not a
+    # second one: the SFT run's row of its best step, and results.json says so
+    sft = json.loads((Path(summary["runs"]["sft"]) / "results.json").read_text())
+    sft_row = next(json.loads(x) for x in (Path(summary["runs"]["sft"]) / "metrics.jsonl").read_text().splitlines()
+                   if json.loads(x)["step"] == sft["best_step"])
+    assert rows[0]["step"] == 0 and rows[0]["eval/reward"] == sft_row["eval/reward"] == sft["dev_reward_after"]
+    assert {k: v for k, v in rows[0].items() if k.startswith("eval/")} == {k: v for k, v in sft_row.items() if k.startswith("eval/")}
+    rl = json.loads((Path(summary["runs"]["rl"]) / "results.json").read_text())
+    assert rl["dev_eval_before_from"] == f"{summary['runs']['sft']} step {sft['best_step']}"
+    assert rl["dev_reward_before"] == sft["dev_reward_after"]
     key = f"agent/tool_calls/{summary['bucket']}"
     assert summary["tool_calls_first"] == next(r[key] for r in rows if key in r)
     turns = [json.loads(x)["num_turns"] for p in (Path(summary["runs"]["rl"]) / "trajectories").glob("*.jsonl")

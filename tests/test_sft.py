@@ -194,10 +194,47 @@ def test_init_from_starts_learner_and_engine_from_the_sft_weights(sft_run, tmp_p
     assert torch.equal(dict(learner.model.named_parameters())[name].detach(), saved[name])
 
 
-def test_resume_goes_on_from_the_kept_checkpoint_as_a_run_never_stopped(sft_run, tmp_path):
+def test_rl_takes_the_sft_runs_dev_evaluation_of_its_start_weights_only_when_made_the_same_way(sft_run):
+    """`train.reuse_init_eval`: RL's evaluation before training would repeat the one the SFT run made of the
+    checkpoint RL starts from (same weights, questions, settings), so it is read from that run's metrics; any
+    setting that changes the evaluation's figures makes RL evaluate again, and says which."""
+    from trainer.init_from import inherited_dev_eval
+
+    run, summary = sft_run
+    same = [*QUICK, f"train.init_from={run}", "train.eval_questions=4", "train.precision=fp32", "train.lr=1e-6"]
+    figures, where = inherited_dev_eval(load_config("configs/quickstart.yaml", same))
+    best = summary["best_step"]
+    row = next(json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if json.loads(x)["step"] == best)
+    assert where == f"{run} step {best}"
+    assert figures == {k: v for k, v in row.items() if k.startswith("eval/")} and figures["eval/reward"] == summary["dev_reward_after"]
+    for change, why in [("agent.max_turns=3", "agent settings differ"), ("tools.topk=2", "tools settings differ"),
+                        ("engine.max_model_len=1536", "engine settings differ"),
+                        ("train.eval_questions=5", "train settings differ"),
+                        ("train.eval_temperature=0.7", "samples"), ("train.reuse_init_eval=false", "off")]:
+        figures, where = inherited_dev_eval(load_config("configs/quickstart.yaml", [*same, change]))
+        assert figures == {} and why in where, (change, where)
+    assert "max_turns" in inherited_dev_eval(load_config("configs/quickstart.yaml", [*same, "agent.max_turns=3"]))[1]
+
+
+@pytest.fixture(scope="module")
+def six_epochs(tmp_path_factory) -> dict[int, dict]:
+    """The metrics rows, by step, of sft_run's recipe trained for 6 epochs without a stop."""
+    from hexsearch.commands.sft import run_sft
+
+    root = tmp_path_factory.mktemp("sft6")
+    run_sft("configs/quickstart.yaml", [*QUICK, f"run.root={root}", "run.name=u", "sft.max_items=4", "sft.batch_size=4",
+                                        "sft.epochs=6", "sft.eval_every=2", "sft.lr=1e-3", "train.eval_questions=4",
+                                        "train.precision=fp32"])
+    rows = [json.loads(line) for line in (root / "u" / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows} | {-1: json.loads((root / "u" / "results.json").read_text())}
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_resume_goes_on_from_the_kept_checkpoint_as_a_run_never_stopped(sft_run, six_epochs, tmp_path, ranks):
     """`hexsearch sft --resume RUN sft.epochs=6`: weights, Adam moments, step and data order come back from the
     kept (best) checkpoint, so every step after it matches a 6-epoch run that was never stopped; the steps after
-    the checkpoint are done again and metrics.jsonl holds each step once."""
+    the checkpoint are done again and metrics.jsonl holds each step once. With `train.learner_workers=2` the
+    one-rank checkpoint loads into two DDP ranks on Ray (LearnerGroup.load) and goes on the same way."""
     import shutil
 
     from hexsearch.commands.sft import run_sft
@@ -205,19 +242,17 @@ def test_resume_goes_on_from_the_kept_checkpoint_as_a_run_never_stopped(sft_run,
     run, summary = sft_run
     copy = tmp_path / "s"
     shutil.copytree(run, copy)
-    resumed = run_sft("sft.epochs=6", [], resume=str(copy))  # the CLI's first positional holds the override
-    unbroken = run_sft("configs/quickstart.yaml", [*QUICK, f"run.root={tmp_path}", "run.name=u", "sft.max_items=4",
-                                                   "sft.batch_size=4", "sft.epochs=6", "sft.eval_every=2",
-                                                   "sft.lr=1e-3", "train.eval_questions=4", "train.precision=fp32"])
+    more = [f"train.learner_workers={ranks}"] if ranks > 1 else []
+    resumed = run_sft("sft.epochs=6", more, resume=str(copy))  # the CLI's first positional holds the override
+    unbroken = six_epochs[-1]
     k = summary["best_step"]
     assert resumed["resumed_at_step"] == k and resumed["steps"] == unbroken["steps"] == 6
     assert resumed["best_step"] == unbroken["best_step"]
     assert resumed["dev_reward_before"] == summary["dev_reward_before"]
     rows = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
-    fresh = {r["step"]: r for r in (json.loads(line) for line in (tmp_path / "u" / "metrics.jsonl").read_text().splitlines())}
     assert [r["step"] for r in rows] == list(range(7))
     for r in rows[1:]:
-        assert r["sft/loss"] == pytest.approx(fresh[r["step"]]["sft/loss"], rel=1e-4), r["step"]
+        assert r["sft/loss"] == pytest.approx(six_epochs[r["step"]]["sft/loss"], rel=1e-4), r["step"]
     assert rows[-1]["sft/loss"] < rows[1]["sft/loss"]
     assert (copy / "checkpoints" / "latest").read_text() == f"step-{resumed['best_step']}"
 

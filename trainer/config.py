@@ -85,6 +85,11 @@ class TrainConfig:
     """A `hexsearch sft` (or train) run folder whose best checkpoint's weights this run starts from: learner
     and engines both (the checkpoint is exported once to `<that run>/artifacts/policy-step-N/`, which becomes
     `engine.model`); the optimizer is fresh and the version starts at 0. Empty: the base `engine.model`."""
+    reuse_init_eval: bool = True
+    """With `init_from`: the dev evaluation before training is that run's own evaluation of the checkpoint this
+    run starts from, not a repeat of it, when it was made the same way: greedy, on the same dev questions, with
+    the same agent, tools, world and engine settings (trainer/init_from.py: inherited_dev_eval). False, or
+    anything different: evaluate again."""
     steps: int = 50
     """Optimizer steps (weight versions) to train."""
     time_budget_min: float = 0.0

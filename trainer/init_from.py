@@ -51,3 +51,53 @@ def _exported(out: Path, ckpt: Path) -> bool:
     except (OSError, ValueError):
         return False
     return info.get("checkpoint") == str(ckpt.resolve()) and (out / "model.safetensors").exists()
+
+
+# What decides a dev evaluation's figures besides the weights: these train fields and these whole sections
+_EVAL_FIELDS = ("dev_data", "eval_questions", "eval_seed", "eval_temperature", "eval_suite")
+_EVAL_SECTIONS = ("agent", "tools", "world", "engine")
+
+
+def inherited_dev_eval(cfg: FullConfig) -> tuple[dict[str, float], str]:
+    """(figures, where) of the dev evaluation `train.init_from`'s run logged for the checkpoint this run starts
+    from, when the evaluation before training would repeat it: greedy (`train.eval_temperature` 0), and the
+    same dev questions, agent, tools, world and engine settings (`engine.model` aside: it is that checkpoint's
+    export). `hexsearch sft` keeps the checkpoint of its best evaluation, so its row is there; an RL checkpoint
+    saved between evaluations has none. ({}, why not) otherwise."""
+    t = cfg.train
+    if not (t.init_from and t.reuse_init_eval):
+        return {}, "train.reuse_init_eval is off" if t.init_from else "no train.init_from"
+    if t.eval_temperature != 0:
+        return {}, "the evaluation samples (train.eval_temperature > 0)"
+    from trainer.export import ExportError, find_checkpoint, run_config
+    from trainer.metrics import read_metrics
+
+    try:
+        run, ckpt = find_checkpoint(t.init_from)
+        theirs = run_config(run)
+        step = int(json.loads((ckpt / "state.json").read_text())["loop"]["step"])
+    except (ExportError, OSError, KeyError, ValueError) as e:
+        return {}, f"no readable checkpoint state ({e})"
+    ours = _as_plain(cfg)
+    for section in _EVAL_SECTIONS:
+        a, b = dict(ours.get(section) or {}), dict(theirs.get(section) or {})
+        if section == "engine":
+            a.pop("model", None), b.pop("model", None)
+        if a != b:
+            changed = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+            return {}, f"{section} settings differ from {run}'s ({', '.join(changed)})"
+    changed = [k for k in _EVAL_FIELDS if (ours.get("train") or {}).get(k) != (theirs.get("train") or {}).get(k)]
+    if changed:
+        return {}, f"train settings differ from {run}'s ({', '.join(changed)})"
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if r.get("step") == step and "eval/reward" in r]
+    if not rows:
+        return {}, f"{run} logged no dev evaluation at step {step}"
+    return {k: v for k, v in rows[-1].items() if k.startswith("eval/")}, f"{run} step {step}"
+
+
+def _as_plain(cfg: FullConfig) -> dict:
+    """The config as the plain dict its run's config.yaml reads back as (hexsearch.config.to_yaml)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    return yaml.safe_load(OmegaConf.to_yaml(OmegaConf.structured(cfg)))

@@ -2,7 +2,8 @@
 
     controller.start()                       # rollout workers generate groups from now on, under the
                                              # staleness rule (trainer/staleness.py)
-    dev_before = evaluate()                  # same questions, same seed as the final evaluation
+    dev_before = evaluate()                  # same questions, same seed as the final evaluation (or the
+                                             # init_from run's own figures for these weights: init_from.py)
     for step in range(steps):
         groups  = next_batch(B)              # oldest accepted groups; too-stale ones are refused
         samples = advantages + filter(groups)
@@ -42,14 +43,15 @@ log = get_logger(__name__)
 
 def train(cfg: FullConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     """Train (or continue the run in `run` when `resume`); returns the summary written to results.json."""
-    from trainer.init_from import resolve_init_from
+    from trainer.init_from import inherited_dev_eval, resolve_init_from
 
     cfg = resolve_init_from(cfg)  # `train.init_from`: the command did it already (then this is a no-op)
+    inherited = inherited_dev_eval(cfg)
     for restart in range(cfg.train.learner_max_restarts + 1):
         t_start = time.time()  # minutes count from here: setup (Ray, world, models) included
         rt = Runtime.create(cfg, run)
         try:
-            return asyncio.run(_loop(rt, resume, t_start))
+            return asyncio.run(_loop(rt, resume, t_start, inherited))
         except Exception as e:
             lost = asyncio.run(_learner_lost(rt, e))
             if lost is None:
@@ -75,7 +77,8 @@ async def _learner_lost(rt: Runtime, error: BaseException) -> str | None:
     return f"learner rank(s) {dead} died ({type(error).__name__}: {str(error)[:200]})" if dead else None
 
 
-async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
+async def _loop(rt: Runtime, resume: bool, t_start: float,
+                inherited: tuple[dict[str, float], str] = ({}, "")) -> dict[str, Any]:
     settings, ctrl = rt.train_cfg, rt.controller
     resumed = resume and await rt.restore()
     state = rt.state
@@ -84,7 +87,11 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
     if rt.servers is not None:
         rt.servers.watch(rt.sync, rt.ledger.record, ctrl.fail)
     if not resumed:
-        state.eval_before = await rt.evaluate()
+        state.eval_before, source = inherited if inherited[0] else (await rt.evaluate(), "")
+        if source:
+            log.warning("dev evaluation before training: %s's, of the weights this run starts from", source)
+        elif rt.train_cfg.init_from:
+            log.info("dev evaluation before training: run here (%s)", inherited[1])
         rt.metrics.log(0, state.eval_before)
     with progress("training", total=settings.steps) as bar:
         bar.advance(state.step)
@@ -121,6 +128,8 @@ async def _loop(rt: Runtime, resume: bool, t_start: float) -> dict[str, Any]:
     summary = {"steps": state.step, "minutes": state.elapsed_s / 60, "dev_reward_before": state.eval_before.get("eval/reward"),
                "dev_reward_after": after.get("eval/reward"), "dev_accuracy_before": state.eval_before.get("eval/accuracy"),
                "dev_accuracy_after": after.get("eval/accuracy"), **rt.summary_state()}
+    if inherited[0]:
+        summary["dev_eval_before_from"] = inherited[1]
     rt.run.write_json(rt.run.results, summary)
     plot_reward_curve(rt.run.metrics, rt.run.path / "reward_curve.png")
     plot_search_curve(rt.run.metrics, rt.run.path / "search_curve.png")  # None unless questions carry buckets
