@@ -198,11 +198,14 @@ def test_rl_takes_the_sft_runs_dev_evaluation_of_its_start_weights_only_when_mad
     """`train.reuse_init_eval`: RL's evaluation before training would repeat the one the SFT run made of the
     checkpoint RL starts from (same weights, questions, settings), so it is read from that run's metrics; any
     setting that changes the evaluation's figures makes RL evaluate again, and says which."""
-    from trainer.init_from import inherited_dev_eval
+    from trainer.init_from import inherited_dev_eval, resolve_init_from
+
+    def inherited(overrides: list[str]) -> tuple[dict, str]:  # the config as train() hands it over: init_from resolved
+        return inherited_dev_eval(resolve_init_from(load_config("configs/quickstart.yaml", overrides)))
 
     run, summary = sft_run
     same = [*QUICK, f"train.init_from={run}", "train.eval_questions=4", "train.precision=fp32", "train.lr=1e-6"]
-    figures, where = inherited_dev_eval(load_config("configs/quickstart.yaml", same))
+    figures, where = inherited(same)
     best = summary["best_step"]
     row = next(json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if json.loads(x)["step"] == best)
     assert where == f"{run} step {best}"
@@ -211,9 +214,9 @@ def test_rl_takes_the_sft_runs_dev_evaluation_of_its_start_weights_only_when_mad
                         ("engine.max_model_len=1536", "engine settings differ"),
                         ("train.eval_questions=5", "train settings differ"),
                         ("train.eval_temperature=0.7", "samples"), ("train.reuse_init_eval=false", "off")]:
-        figures, where = inherited_dev_eval(load_config("configs/quickstart.yaml", [*same, change]))
+        figures, where = inherited([*same, change])
         assert figures == {} and why in where, (change, where)
-    assert "max_turns" in inherited_dev_eval(load_config("configs/quickstart.yaml", [*same, "agent.max_turns=3"]))[1]
+    assert "max_turns" in inherited([*same, "agent.max_turns=3"])[1]
 
 
 @pytest.fixture(scope="module")

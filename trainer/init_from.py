@@ -63,26 +63,29 @@ def inherited_dev_eval(cfg: FullConfig) -> tuple[dict[str, float], str]:
     from, when the evaluation before training would repeat it: greedy (`train.eval_temperature` 0), and the
     same dev questions, agent, tools, world and engine settings (`engine.model` aside: it is that checkpoint's
     export). `hexsearch sft` keeps the checkpoint of its best evaluation, so its row is there; an RL checkpoint
-    saved between evaluations has none. ({}, why not) otherwise."""
+    saved between evaluations has none. ({}, why not) otherwise. `cfg` is resolve_init_from's: the checkpoint is
+    the one its export's mark names, the weights actually loaded (found and hashed once, there)."""
     t = cfg.train
     if not (t.init_from and t.reuse_init_eval):
         return {}, "train.reuse_init_eval is off" if t.init_from else "no train.init_from"
     if t.eval_temperature != 0:
         return {}, "the evaluation samples (train.eval_temperature > 0)"
-    from trainer.export import ExportError, find_checkpoint, run_config
+    from trainer.export import EXPORT_MARK, ExportError, run_config
     from trainer.metrics import read_metrics
 
     try:
-        run, ckpt = find_checkpoint(t.init_from)
+        ckpt = Path(json.loads((Path(cfg.engine.model) / EXPORT_MARK).read_text())["checkpoint"])
+        run = ckpt.parent.parent  # <run>/checkpoints/step-N
         theirs = run_config(run)
         step = int(json.loads((ckpt / "state.json").read_text())["loop"]["step"])
-    except (ExportError, OSError, KeyError, ValueError) as e:
+    except (ExportError, OSError, KeyError, TypeError, ValueError) as e:
         return {}, f"no readable checkpoint state ({e})"
     ours = _as_plain(cfg)
     for section in _EVAL_SECTIONS:
         a, b = dict(ours.get(section) or {}), dict(theirs.get(section) or {})
-        if section == "engine":
-            a.pop("model", None), b.pop("model", None)
+        if section == "engine":  # ours names the export, theirs the base it trained from
+            a.pop("model", None)
+            b.pop("model", None)
         if a != b:
             changed = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
             return {}, f"{section} settings differ from {run}'s ({', '.join(changed)})"
