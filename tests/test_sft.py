@@ -210,6 +210,8 @@ def test_rl_takes_the_sft_runs_dev_evaluation_of_its_start_weights_only_when_mad
     row = next(json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if json.loads(x)["step"] == best)
     assert where == f"{run} step {best}"
     assert figures == {k: v for k, v in row.items() if k.startswith("eval/")} and figures["eval/reward"] == summary["dev_reward_after"]
+    # the rollouts' sampling temperature: the evaluation samples at train.eval_temperature, so it still counts
+    assert inherited([*same, "agent.temperature=0.7"]) == (figures, where)
     for change, why in [("agent.max_turns=3", "agent settings differ"), ("tools.topk=2", "tools settings differ"),
                         ("engine.max_model_len=1536", "engine settings differ"),
                         ("train.eval_questions=5", "train settings differ"),

@@ -88,13 +88,15 @@ class TrainConfig:
     reuse_init_eval: bool = True
     """With `init_from`: the dev evaluation before training is that run's own evaluation of the checkpoint this
     run starts from, not a repeat of it, when it was made the same way: greedy, on the same dev questions, with
-    the same agent, tools, world and engine settings (trainer/init_from.py: inherited_dev_eval). False, or
+    the same agent, tools, world and engine settings, `engine.model` and the rollouts' `agent.temperature`
+    aside (trainer/init_from.py: inherited_dev_eval). False, or
     anything different: evaluate again."""
     steps: int = 50
     """Optimizer steps (weight versions) to train."""
     time_budget_min: float = 0.0
-    """Stop starting new steps after this many minutes of wall clock (setup included; 0: no budget).
-    The final evaluation still runs, so leave it a minute or two below a hard deadline."""
+    """Stop starting new steps after this many minutes of wall clock (setup included; 0: no budget), and
+    do not start one whose batch would end past it at the learner's tokens/s measured so far. The final
+    evaluation still runs, so leave it a minute or two below a hard deadline."""
     batch_size: int = ranged(8, ge=1)
     """Questions (groups) per training step; the unit of the staleness rule."""
     group_size: int = ranged(4, ge=1)

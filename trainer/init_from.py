@@ -56,13 +56,16 @@ def _exported(out: Path, ckpt: Path) -> bool:
 # What decides a dev evaluation's figures besides the weights: these train fields and these whole sections
 _EVAL_FIELDS = ("dev_data", "eval_questions", "eval_seed", "eval_temperature", "eval_suite")
 _EVAL_SECTIONS = ("agent", "tools", "world", "engine")
+# ... except: engine.model (ours names the export, theirs the base it trained from) and agent.temperature
+# (the rollouts' sampling temperature; the evaluation samples at train.eval_temperature)
+_NOT_EVALUATED = {"engine": ("model",), "agent": ("temperature",)}
 
 
 def inherited_dev_eval(cfg: FullConfig) -> tuple[dict[str, float], str]:
     """(figures, where) of the dev evaluation `train.init_from`'s run logged for the checkpoint this run starts
     from, when the evaluation before training would repeat it: greedy (`train.eval_temperature` 0), and the
     same dev questions, agent, tools, world and engine settings (`engine.model` aside: it is that checkpoint's
-    export). `hexsearch sft` keeps the checkpoint of its best evaluation, so its row is there; an RL checkpoint
+    export; and `agent.temperature`: the evaluation's is `train.eval_temperature`). `hexsearch sft` keeps the checkpoint of its best evaluation, so its row is there; an RL checkpoint
     saved between evaluations has none. ({}, why not) otherwise. `cfg` is resolve_init_from's: the checkpoint is
     the one its export's mark names, the weights actually loaded (found and hashed once, there)."""
     t = cfg.train
@@ -71,7 +74,7 @@ def inherited_dev_eval(cfg: FullConfig) -> tuple[dict[str, float], str]:
     if t.eval_temperature != 0:
         return {}, "the evaluation samples (train.eval_temperature > 0)"
     from trainer.export import EXPORT_MARK, ExportError, run_config
-    from trainer.metrics import read_metrics
+    from trainer.metrics import eval_row_at, read_metrics
 
     try:
         ckpt = Path(json.loads((Path(cfg.engine.model) / EXPORT_MARK).read_text())["checkpoint"])
@@ -83,19 +86,20 @@ def inherited_dev_eval(cfg: FullConfig) -> tuple[dict[str, float], str]:
     ours = _as_plain(cfg)
     for section in _EVAL_SECTIONS:
         a, b = dict(ours.get(section) or {}), dict(theirs.get(section) or {})
-        if section == "engine":  # ours names the export, theirs the base it trained from
-            a.pop("model", None)
-            b.pop("model", None)
+        for key in _NOT_EVALUATED.get(section, ()):
+            a.pop(key, None)
+            b.pop(key, None)
         if a != b:
             changed = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
             return {}, f"{section} settings differ from {run}'s ({', '.join(changed)})"
     changed = [k for k in _EVAL_FIELDS if (ours.get("train") or {}).get(k) != (theirs.get("train") or {}).get(k)]
     if changed:
         return {}, f"train settings differ from {run}'s ({', '.join(changed)})"
-    rows = [r for r in read_metrics(run / "metrics.jsonl") if r.get("step") == step and "eval/reward" in r]
-    if not rows:
+    row = eval_row_at(read_metrics(run / "metrics.jsonl"), step)
+    if row is None:
         return {}, f"{run} logged no dev evaluation at step {step}"
-    return {k: v for k, v in rows[-1].items() if k.startswith("eval/")}, f"{run} step {step}"
+    # its time/eval_s stays out: row 0 of this run must not claim time it did not spend
+    return {k: v for k, v in row.items() if k.startswith("eval/")}, f"{run} step {step}"
 
 
 def _as_plain(cfg: FullConfig) -> dict:

@@ -94,6 +94,13 @@ def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
 
 
+def eval_row_at(rows: list[dict], step: int) -> dict | None:
+    """The (last) metrics row of `step` holding a dev evaluation, or None: the figures of a checkpoint's
+    weights that `sft --resume` and RL's `train.reuse_init_eval` take instead of evaluating again."""
+    at = [r for r in rows if r.get("step") == step and "eval/reward" in r]
+    return at[-1] if at else None
+
+
 def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path | None:
     """train/reward per step (and eval/reward where evaluated) as a PNG; None without data."""
     rows = read_metrics(metrics_path)

@@ -31,7 +31,7 @@ from core.rundir import RunDir
 from trainer import checkpoint
 from trainer.batch import eval_figures
 from trainer.config import FullConfig, TrainConfig
-from trainer.metrics import MetricsLogger, read_metrics, truncate_after
+from trainer.metrics import MetricsLogger, eval_row_at, read_metrics, truncate_after
 from trainer.sft_data import (
     SFTDataError,
     collect,
@@ -198,10 +198,10 @@ class _Resume:
         if not rows or rows[0].get("step") != 0:
             raise SFTDataError(f"{run.path}: no metrics.jsonl row of step 0 (not an SFT run folder?)")
         self.checkpoint, self.step = path, int(state["loop"]["step"])
-        at = [r for r in rows if r.get("step") == self.step and "eval/reward" in r]
-        if not at:
+        at = eval_row_at(rows, self.step)
+        if at is None:
             raise SFTDataError(f"{run.path}: metrics.jsonl has no evaluation at the checkpoint's step {self.step}")
-        self.best = {"reward": float(state["sft"]["dev_reward"]), "step": self.step, "eval": _eval_part(at[-1])}
+        self.best = {"reward": float(state["sft"]["dev_reward"]), "step": self.step, "eval": _eval_part(at)}
         self.before = _eval_part(rows[0])
         self.counts = {k: v for k, v in rows[0].items() if k.startswith("sft/") and k != "sft/trajectories"}
 

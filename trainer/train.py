@@ -4,9 +4,10 @@
                                              # staleness rule (trainer/staleness.py)
     dev_before = evaluate()                  # same questions, same seed as the final evaluation (or the
                                              # init_from run's own figures for these weights: init_from.py)
-    for step in range(steps):
+    for step in range(steps):                # or until train.time_budget_min
         groups  = next_batch(B)              # oldest accepted groups; too-stale ones are refused
         samples = advantages + filter(groups)
+        stop if the learner's measured tokens/s says this batch would end past the time budget
         learners.train_step(samples)         # decoupled PPO, packed micro-batches, data parallel
         version += 1
         sync.push(version)                   # engines pause, take the weights, resume
@@ -93,6 +94,7 @@ async def _loop(rt: Runtime, resume: bool, t_start: float,
         elif rt.train_cfg.init_from:
             log.info("dev evaluation before training: run here (%s)", inherited[1])
         rt.metrics.log(0, state.eval_before)
+    learner_rate = _LearnerRate()
     with progress("training", total=settings.steps) as bar:
         bar.advance(state.step)
         while state.step < settings.steps and not _out_of_time(settings, state.elapsed_s + time.time() - t_start):
@@ -100,7 +102,14 @@ async def _loop(rt: Runtime, resume: bool, t_start: float,
             groups = await ctrl.next_batch(settings.batch_size, state.version, state.step)
             t_wait = time.perf_counter() - t0
             samples, kept = build_samples(groups, settings.advantage, settings.filter_groups, settings.loss_agg)
+            tokens = sum(len(s.token_ids) for s in samples)
+            if _out_of_time(settings, state.elapsed_s + time.time() - t_start + learner_rate.seconds(tokens)):
+                log.warning("stopping before step %d: its batch (%d tokens, ~%.0f s at the learner's %.0f tokens/s so "
+                            "far) would end past train.time_budget_min=%g", state.step + 1, tokens,
+                            learner_rate.seconds(tokens), learner_rate.tokens_per_s, settings.time_budget_min)
+                break
             stats = await rt.learners.train_step(samples, state.version)
+            learner_rate.add(tokens, stats["time/train_s"])
             state.version += 1
             sync_s = await rt.sync.push(state.version, ctrl)
             state.step += 1
@@ -139,6 +148,31 @@ async def _loop(rt: Runtime, resume: bool, t_start: float,
 def _out_of_time(t: Any, elapsed_s: float) -> bool:
     """The time budget is spent (training stops early; the final evaluation still runs)."""
     return t.time_budget_min > 0 and elapsed_s >= 60 * t.time_budget_min
+
+
+class _LearnerRate:
+    """The learner's tokens/s over this run's steps so far, to predict what the next batch will cost.
+
+    The budget is checked again once a batch is in hand: a step whose predicted end (tokens / rate) falls
+    past it is not started. Why: a step's cost varies 20x with its episodes (an N = 32 lineage group held
+    a 2-core learner 471 s, a step of hop groups 20-50 s), so a budget checked only between steps overran
+    by a whole long step. The first step is never refused (nothing measured yet)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.seconds_spent = 0.0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.tokens += tokens
+        self.seconds_spent += seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds_spent if self.seconds_spent > 0 else 0.0
+
+    def seconds(self, tokens: int) -> float:
+        """Predicted learner seconds for `tokens` (0 before any step was measured)."""
+        return tokens / self.tokens_per_s if self.tokens_per_s > 0 else 0.0
 
 
 def _save_trajectories(rt: Runtime, groups: list, step: int) -> None:
