@@ -89,8 +89,7 @@ class TrainConfig:
     """With `init_from`: the dev evaluation before training is that run's own evaluation of the checkpoint this
     run starts from, not a repeat of it, when it was made the same way: greedy, on the same dev questions, with
     the same agent, tools, world and engine settings, `engine.model` and the rollouts' `agent.temperature`
-    aside (trainer/init_from.py: inherited_dev_eval). False, or
-    anything different: evaluate again."""
+    aside (trainer/init_from.py: inherited_dev_eval). False, or anything different: evaluate again."""
     steps: int = 50
     """Optimizer steps (weight versions) to train."""
     time_budget_min: float = 0.0

@@ -65,9 +65,10 @@ def inherited_dev_eval(cfg: FullConfig) -> tuple[dict[str, float], str]:
     """(figures, where) of the dev evaluation `train.init_from`'s run logged for the checkpoint this run starts
     from, when the evaluation before training would repeat it: greedy (`train.eval_temperature` 0), and the
     same dev questions, agent, tools, world and engine settings (`engine.model` aside: it is that checkpoint's
-    export; and `agent.temperature`: the evaluation's is `train.eval_temperature`). `hexsearch sft` keeps the checkpoint of its best evaluation, so its row is there; an RL checkpoint
-    saved between evaluations has none. ({}, why not) otherwise. `cfg` is resolve_init_from's: the checkpoint is
-    the one its export's mark names, the weights actually loaded (found and hashed once, there)."""
+    export; and `agent.temperature`: the evaluation's is `train.eval_temperature`). `hexsearch sft` keeps the
+    checkpoint of its best evaluation, so its row is there; an RL checkpoint saved between evaluations has none.
+    ({}, why not) otherwise. `cfg` is resolve_init_from's: the checkpoint is the one its export's mark names,
+    the weights actually loaded (found and hashed once, there)."""
     t = cfg.train
     if not (t.init_from and t.reuse_init_eval):
         return {}, "train.reuse_init_eval is off" if t.init_from else "no train.init_from"
