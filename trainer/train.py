@@ -102,11 +102,12 @@ async def _loop(rt: Runtime, resume: bool, t_start: float,
             groups = await ctrl.next_batch(settings.batch_size, state.version, state.step)
             t_wait = time.perf_counter() - t0
             samples, kept = build_samples(groups, settings.advantage, settings.filter_groups, settings.loss_agg)
-            tokens = sum(len(s.token_ids) for s in samples)
-            if _out_of_time(settings, state.elapsed_s + time.time() - t_start + learner_rate.seconds(tokens)):
+            tokens = sum(map(len, samples))
+            predicted_s = learner_rate.seconds(tokens)
+            if _out_of_time(settings, state.elapsed_s + time.time() - t_start + predicted_s):
                 log.warning("stopping before step %d: its batch (%d tokens, ~%.0f s at the learner's %.0f tokens/s so "
-                            "far) would end past train.time_budget_min=%g", state.step + 1, tokens,
-                            learner_rate.seconds(tokens), learner_rate.tokens_per_s, settings.time_budget_min)
+                            "far) would end past train.time_budget_min=%g", state.step + 1, tokens, predicted_s,
+                            learner_rate.tokens_per_s, settings.time_budget_min)
                 break
             stats = await rt.learners.train_step(samples, state.version)
             learner_rate.add(tokens, stats["time/train_s"])
