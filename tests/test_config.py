@@ -158,6 +158,20 @@ def test_train_bad_dataset_is_one_line_and_makes_no_run_folder(tmp_path, row, me
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_zero_bucket_weight_may_name_a_bucket_this_world_lacks_but_not_a_misspelt_one():
+    """A recipe's mix leaves out buckets with 0 (configs/long-horizon.yaml: n2..n16): a smaller world without
+    them runs it; any other weight, or a name that is no bucket at all, still names what exists."""
+    from agent.qa import QAItem
+    from trainer.runtime import spread_over_buckets
+
+    items = [QAItem(id=f"q{i}", question=f"q{i}?", answers=["a"], meta={"hops": 1 + i % 2}) for i in range(4)]
+    assert len(spread_over_buckets(items, 4, {"hops1": 1, "n32": 0, "hops3": 0})) == 4
+    assert [i.meta["hops"] for i in spread_over_buckets(items, 4, {"hops1": 0, "n32": 0})] == [2, 2]
+    for bad in ({"n32": 1}, {"hosp1": 0}):
+        with pytest.raises(ValueError, match=r"name buckets with no question: \['(n32|hosp1)'\]"):
+            spread_over_buckets(items, 4, bad)
+
+
 @pytest.mark.parametrize("command, key", [("train", "train.bucket_weights"), ("sft", "sft.bucket_weights")])
 def test_bucket_weights_naming_no_bucket_is_one_line_and_makes_no_run_folder(tmp_path, command, key):
     """train.bucket_weights and sft.bucket_weights are checked against the training questions' buckets before

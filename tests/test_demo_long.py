@@ -13,7 +13,8 @@ import pytest
 TINY = ["engine.model=tiny-random", "world.entities=40", "world.lineages=6", "world.lineage_length=8",
         "world.lineage_depths=[2,4,8]", "sft.max_items=12", "sft.epochs=1", "sft.batch_size=6", "sft.eval_every=0",
         "train.eval_questions=6", "train.steps=2", "train.time_budget_min=0", "train.batch_size=2",
-        "train.group_size=2", "train.filter_groups=none", "train.rollout_workers=1", "train.engine_replicas=1",
+        "train.group_size=2", "train.bucket_weights={hops1: 1, hops2: 1, hops3: 1, n2: 1, n4: 1, n8: 1, n16: 0, n32: 0}", "train.filter_groups=none",
+        "train.rollout_workers=1", "train.engine_replicas=1",
         "train.save_every=0", "train.max_inflight_trajectories=4", "agent.max_turns=12", "agent.max_tool_calls=10",
         "engine.max_batch_size=16"]
 
@@ -79,6 +80,8 @@ def test_demo_long_runs_every_stage_and_reports_per_bucket(long_demo):
     rl = json.loads((Path(summary["runs"]["rl"]) / "results.json").read_text())
     assert rl["dev_eval_before_from"] == f"{summary['runs']['sft']} step {sft['best_step']}"
     assert rl["dev_reward_before"] == sft["dev_reward_after"]
+    # it ran all its train.steps (no budget here), so nothing stopped it early
+    assert rl["steps"] == summary["rl_steps"] == 2 and "stopped" not in rl and summary["rl_stopped"] == ""
     key = f"agent/tool_calls/{summary['bucket']}"
     assert summary["tool_calls_first"] == next(r[key] for r in rows if key in r)
     turns = [json.loads(x)["num_turns"] for p in (Path(summary["runs"]["rl"]) / "trajectories").glob("*.jsonl")

@@ -73,7 +73,8 @@ class TrainConfig:
     """Dev questions for periodic evaluation. Empty: the world's dev split."""
     bucket_weights: dict[str, int] = field(default_factory=dict)
     """The training mix: each difficulty bucket's (hops1.., n2..; agent.qa.question_bucket) share of the
-    questions, relative to the others (default 1 each; 0 leaves a bucket out), e.g. `{hops2: 4, hops3: 4}`.
+    questions, relative to the others (default 1 each; 0 leaves a bucket out, and may name one the world
+    lacks), e.g. `{hops2: 4, hops3: 4}`.
     The mix keeps as many whole rounds as its scarcest bucket fills (trainer.runtime.mix_buckets). Why: a
     bucket the policy already solves yields groups that dynamic filtering drops, and a lineage group of 32
     searches costs the learner many times a 2-hop group; empty: every question once."""
@@ -95,7 +96,8 @@ class TrainConfig:
     time_budget_min: float = 0.0
     """Stop starting new steps after this many minutes of wall clock (setup included; 0: no budget), and
     do not start one whose batch would end past it at the learner's tokens/s measured so far. The final
-    evaluation still runs, so leave it a minute or two below a hard deadline."""
+    evaluation still runs, so leave it a minute or two below a hard deadline. results.json's `stopped`
+    says why a run ended before `steps`."""
     batch_size: int = ranged(8, ge=1)
     """Questions (groups) per training step; the unit of the staleness rule."""
     group_size: int = ranged(4, ge=1)

@@ -8,6 +8,7 @@
         groups  = next_batch(B)              # oldest accepted groups; too-stale ones are refused
         samples = advantages + filter(groups)
         stop if the learner's measured tokens/s says this batch would end past the time budget
+                                             # (why: the log and results.json "stopped")
         learners.train_step(samples)         # decoupled PPO, packed micro-batches, data parallel
         version += 1
         sync.push(version)                   # engines pause, take the weights, resume
@@ -95,19 +96,19 @@ async def _loop(rt: Runtime, resume: bool, t_start: float,
             log.info("dev evaluation before training: run here (%s)", inherited[1])
         rt.metrics.log(0, state.eval_before)
     learner_rate = _LearnerRate()
+    stopped = ""  # why training ended before train.steps (results.json "stopped")
     with progress("training", total=settings.steps) as bar:
         bar.advance(state.step)
-        while state.step < settings.steps and not _out_of_time(settings, state.elapsed_s + time.time() - t_start):
+        while state.step < settings.steps:
+            if stopped := _budget_stop(settings, state.elapsed_s + time.time() - t_start, state.step + 1):
+                break
             t0 = time.perf_counter()
             groups = await ctrl.next_batch(settings.batch_size, state.version, state.step)
             t_wait = time.perf_counter() - t0
             samples, kept = build_samples(groups, settings.advantage, settings.filter_groups, settings.loss_agg)
             tokens = sum(map(len, samples))
-            predicted_s = learner_rate.seconds(tokens)
-            if _out_of_time(settings, state.elapsed_s + time.time() - t_start + predicted_s):
-                log.warning("stopping before step %d: its batch (%d tokens, ~%.0f s at the learner's %.0f tokens/s so "
-                            "far) would end past train.time_budget_min=%g", state.step + 1, tokens, predicted_s,
-                            learner_rate.tokens_per_s, settings.time_budget_min)
+            if stopped := _budget_stop(settings, state.elapsed_s + time.time() - t_start, state.step + 1, tokens,
+                                       learner_rate):
                 break
             stats = await rt.learners.train_step(samples, state.version)
             learner_rate.add(tokens, stats["time/train_s"])
@@ -127,6 +128,8 @@ async def _loop(rt: Runtime, resume: bool, t_start: float,
                 await rt.save()
             bar.advance(1)
             bar.update(description=f"step {state.step} reward {roll['train/reward']:.2f} kept {kept}/{len(groups)}")
+    if stopped:
+        log.warning("stopping %s", stopped)
     await ctrl.stop()
     after = await rt.evaluate()
     await rt.supervisor.stop()
@@ -140,6 +143,8 @@ async def _loop(rt: Runtime, resume: bool, t_start: float,
                "dev_accuracy_after": after.get("eval/accuracy"), **rt.summary_state()}
     if inherited[0]:
         summary["dev_eval_before_from"] = inherited[1]
+    if stopped:
+        summary["stopped"] = stopped
     rt.run.write_json(rt.run.results, summary)
     plot_reward_curve(rt.run.metrics, rt.run.path / "reward_curve.png")
     plot_search_curve(rt.run.metrics, rt.run.path / "search_curve.png")  # None unless questions carry buckets
@@ -149,6 +154,20 @@ async def _loop(rt: Runtime, resume: bool, t_start: float,
 def _out_of_time(t: Any, elapsed_s: float) -> bool:
     """The time budget is spent (training stops early; the final evaluation still runs)."""
     return t.time_budget_min > 0 and elapsed_s >= 60 * t.time_budget_min
+
+
+def _budget_stop(t: Any, elapsed_s: float, next_step: int, tokens: int = 0, rate: _LearnerRate | None = None) -> str:
+    """Why step `next_step` is not started under train.time_budget_min, '' when it may be: the budget is spent,
+    or the batch in hand (`tokens`) would end past it at the learner's tokens/s so far (`rate`). The reason
+    goes to the log and to results.json's "stopped"."""
+    if _out_of_time(t, elapsed_s):
+        return f"before step {next_step}: train.time_budget_min={t.time_budget_min:g} is spent"
+    predicted_s = rate.seconds(tokens) if rate is not None else 0.0
+    if _out_of_time(t, elapsed_s + predicted_s):
+        assert rate is not None
+        return (f"before step {next_step}: its batch ({tokens} tokens, ~{predicted_s:.0f} s at the learner's "
+                f"{rate.tokens_per_s:.0f} tokens/s so far) would end past train.time_budget_min={t.time_budget_min:g}")
+    return ""
 
 
 class _LearnerRate:
