@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,11 @@ def question_bucket(meta: dict[str, Any]) -> str | None:
         return None if hops is None else f"hops{int(hops)}"
     except (TypeError, ValueError):  # a foreign file's free-form field: no bucket rather than an error
         return None
+
+
+def is_bucket_name(name: str) -> bool:
+    """Whether `name` has the form question_bucket gives (`hops<h>`, `n<N>`), whether or not a file has it."""
+    return re.fullmatch(r"(hops|n)\d+", name) is not None
 
 
 @dataclass

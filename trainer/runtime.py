@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -66,14 +65,14 @@ def spread_over_buckets(items: list[Any], n: int, weights: dict[str, int] | None
     """The first `n` items taken round-robin over difficulty buckets (agent.qa.question_bucket), each bucket
     in file order, `weights[bucket]` items per round (default 1): a dev subset that covers every bucket;
     with one bucket it is simply `items[:n]`."""
-    from agent.qa import question_bucket
+    from agent.qa import is_bucket_name, question_bucket
 
     by: dict[Any, list[Any]] = {}
     for item in items:
         by.setdefault(question_bucket(getattr(item, "meta", {}) or {}), []).append(item)
+    present = {str(b) for b in by}
     # a weight of 0 may name a bucket this world lacks (it is left out either way); any other name must exist
-    unknown = sorted(b for b, w in (weights or {}).items()
-                     if b not in {str(k) for k in by} and (w or not re.fullmatch(r"(hops|n)\d+", b)))
+    unknown = sorted(b for b, w in (weights or {}).items() if b not in present and (w or not is_bucket_name(b)))
     if unknown:
         raise ValueError(f"bucket weights name buckets with no question: {unknown}; the buckets are {sorted(map(str, by))}")
     queues, out = [(q, max(0, int((weights or {}).get(str(b), 1)))) for b, q in by.items()], []

@@ -49,9 +49,9 @@ class SFTConfig:
     """Training questions used for `oracle` and `rft`: N of the train split taken round-robin over the difficulty
     buckets (hops1.., n2..; trainer.runtime.spread_over_buckets), each in file order; 0: all."""
     bucket_weights: dict[str, int] = field(default_factory=dict)
-    """Questions taken from a bucket per round of `max_items`' round-robin (default 1 each), e.g.
-    `{hops1: 3, hops2: 3, hops3: 3}`: a lineage episode of N searches holds N follow-the-name decisions and
-    one answer, a 1-3 hop episode about one of each, so with equal counts the token-mean loss is mostly
-    "search the next name" and the policy learns never to stop."""
+    """Questions taken from a bucket per round of `max_items`' round-robin (default 1 each; 0 leaves a bucket
+    out, and may name one the world lacks), e.g. `{hops1: 3, hops2: 3, hops3: 3}`: a lineage episode of N
+    searches holds N follow-the-name decisions and one answer, a 1-3 hop episode about one of each, so with
+    equal counts the token-mean loss is mostly "search the next name" and the policy learns never to stop."""
     concurrency: int = ranged(32, ge=1)
     """Episodes run at once while collecting (`oracle`, `rft`) and evaluating."""

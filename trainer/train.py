@@ -162,9 +162,10 @@ def _budget_stop(t: Any, elapsed_s: float, next_step: int, tokens: int = 0, rate
     goes to the log and to results.json's "stopped"."""
     if _out_of_time(t, elapsed_s):
         return f"before step {next_step}: train.time_budget_min={t.time_budget_min:g} is spent"
-    predicted_s = rate.seconds(tokens) if rate is not None else 0.0
+    if rate is None:  # no batch in hand yet
+        return ""
+    predicted_s = rate.seconds(tokens)
     if _out_of_time(t, elapsed_s + predicted_s):
-        assert rate is not None
         return (f"before step {next_step}: its batch ({tokens} tokens, ~{predicted_s:.0f} s at the learner's "
                 f"{rate.tokens_per_s:.0f} tokens/s so far) would end past train.time_budget_min={t.time_budget_min:g}")
     return ""
