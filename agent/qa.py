@@ -46,9 +46,19 @@ def question_bucket(meta: dict[str, Any]) -> str | None:
         return None
 
 
+_BUCKET_NAME = re.compile(r"(hops|n)(\d+)")
+
+
 def is_bucket_name(name: str) -> bool:
     """Whether `name` has the form question_bucket gives (`hops<h>`, `n<N>`), whether or not a file has it."""
-    return re.fullmatch(r"(hops|n)\d+", name) is not None
+    return _BUCKET_NAME.fullmatch(name) is not None
+
+
+def bucket_order(name: str) -> tuple[int, int]:
+    """Sort key for bucket names in tables and plots: hops1, hops2, ... then n2, n4, ..., each by its number
+    (hops2 before hops10); any other name after them."""
+    m = _BUCKET_NAME.fullmatch(name)
+    return (2, 0) if m is None else (0 if m.group(1) == "hops" else 1, int(m.group(2)))
 
 
 @dataclass

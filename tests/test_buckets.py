@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agent.qa import QAItem, question_bucket
+from agent.qa import QAItem, bucket_order, is_bucket_name, question_bucket
 from agent.trajectory import ToolCallRecord, Trajectory
 from eval.report import build_report
 from trainer.batch import bucket_metrics
@@ -20,6 +20,12 @@ def test_question_bucket():
     assert question_bucket({"hops": 3}) == "hops3"  # rows from before families existed
     assert question_bucket({"family": "lineage", "n": "many"}) is None  # a foreign free-form field
     assert question_bucket({"level": 1}) is None
+
+
+def test_bucket_names_sort_hops_then_n_each_by_number():
+    names = ["n32", "hops10", "n4", "hops2", "overall", "n16", "hops1"]
+    assert sorted(names, key=bucket_order) == ["hops1", "hops2", "hops10", "n4", "n16", "n32", "overall"]
+    assert [is_bucket_name(b) for b in ("n8", "hops3", "noise", "hops", "n8x")] == [True, True, False, False, False]
 
 
 def _traj(bucket: str, correct: bool, calls: int) -> Trajectory:

@@ -133,8 +133,10 @@ def plot_search_curve(metrics_path: str | Path, out_png: str | Path) -> Path | N
     line per difficulty bucket (`agent/tool_calls/<bucket>`, `train/accuracy/<bucket>`, sampled
     episodes); None when the run logged no buckets."""
     rows = read_metrics(metrics_path)
+    from agent.qa import bucket_order
+
     buckets = sorted({k.rsplit("/", 1)[1] for r in rows for k in r if k.startswith("agent/tool_calls/")},
-                     key=lambda b: (b[0], int(b.lstrip("hopsn") or 0)))
+                     key=bucket_order)
     if not buckets:
         return None
     import matplotlib

@@ -226,8 +226,9 @@ def run_long_demo(config: str | None, overrides: list[str] | None) -> dict[str, 
 def table(tables: dict[str, dict[str, Any]], unseen: list[str] | tuple[str, ...] = ()) -> str:
     """Markdown: accuracy and mean tool calls per bucket for base / SFT / SFT+RL (`unseen`: buckets no stage
     trained on, said so under the table)."""
-    buckets = sorted({k for t in tables.values() for k in t if k.startswith(("hops", "n"))},
-                     key=lambda b: (b[0], int(b.lstrip("hopsn"))))
+    from agent.qa import bucket_order, is_bucket_name
+
+    buckets = sorted({k for t in tables.values() for k in t if is_bucket_name(k)}, key=bucket_order)
     head = "| stage | overall | " + " | ".join(buckets) + " |"
     rows = [head, "|" + "---|" * (len(buckets) + 2)]
     for stage, t in tables.items():
