@@ -91,6 +91,11 @@ class AgentConfig:
     `tags`/`answer` prefill the next act turn is `<answer>`). A greedy policy that repeats a call sees the same
     result and almost always loops to the budget: with the 40+ call budgets of long-horizon recipes those loops
     are most of an evaluation's time and most of a rollout batch's tokens, all for reward 0."""
+    max_call_revisits: int = ranged(0, le=1000)
+    """Close the tool budget, as `max_repeated_calls` does, when the model makes a tool call it has made this many
+    times in the episode, in a row or not (counting this one; 0: never). It catches the cycles `max_repeated_calls`
+    lets through (A, B, A, B, ...): a policy that walks on past the answer ends in them, and with read-once
+    context a call made twice returns what the context already holds (or held before a compaction)."""
     max_calls_per_turn: int = ranged(4, ge=1)
     """Most tool calls in one turn (they run concurrently); more is a format error."""
     max_cost_usd: float = 0.0

@@ -123,6 +123,7 @@ class _Episode:
         self.closed = ""  # text of the stop token (EOS) that ended the model's message; "" while it is open
         self.queue: list[Delivery] = []
         self.last_call_key, self.repeat_run = "", 0  # agent.max_repeated_calls
+        self.call_counts: dict[str, int] = {}  # agent.max_call_revisits
         self.stop_reason: str | None = None
         self.extra: dict[str, Any] = {}
         meta = getattr(question, "meta", None) or {}
@@ -329,20 +330,25 @@ class _Episode:
             self.queue.append(Delivery(f"Not run: the episode's tool-call budget is spent ({call.name}).", "", False))
 
     def repeats_too_often(self, calls) -> bool:
-        """`agent.max_repeated_calls`: the same call that many times in a row closes the tool budget."""
-        limit = self.cfg.max_repeated_calls
-        if not limit or not calls:
+        """`agent.max_repeated_calls`: the same call that many times in a row closes the tool budget;
+        `agent.max_call_revisits`: the same call that many times in the episode, in a row or not."""
+        in_a_row, in_all = self.cfg.max_repeated_calls, self.cfg.max_call_revisits
+        if not (in_a_row or in_all) or not calls:
             return False
         key = repr([call_key(c.name, c.args) for c in calls])
         self.repeat_run = self.repeat_run + 1 if key == self.last_call_key else 1
         self.last_call_key = key
-        if self.repeat_run < limit:
+        self.call_counts[key] = times = self.call_counts.get(key, 0) + 1
+        if in_a_row and self.repeat_run >= in_a_row:
+            why = f"the same call {self.repeat_run} times in a row"
+        elif in_all and times >= in_all:
+            why = f"the same call {times} times in this episode"
+        else:
             return False
         self.tool_calls_used = self.cfg.max_tool_calls
         self.extra["repeated_call"] = True
-        self.emit("repeated_call", times=self.repeat_run)
-        self.queue.append(Delivery(f"Not run: the same call {self.repeat_run} times in a row; the tool budget is "
-                                   "closed, answer now.", "", False))
+        self.emit("repeated_call", times=max(self.repeat_run, times))
+        self.queue.append(Delivery(f"Not run: {why}; the tool budget is closed, answer now.", "", False))
         return True
 
     def deliver_batch(self) -> None:

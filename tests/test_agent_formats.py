@@ -196,6 +196,19 @@ async def test_repeated_calls_close_the_tool_budget(tokenizer):
         assert len(traj.tool_calls) == 7 and "repeated_call" not in traj.meta
 
 
+async def test_a_call_revisited_in_a_cycle_closes_the_tool_budget(tokenizer):
+    # A, B, A, B, A: no call twice in a row, but A's third time is not run when max_call_revisits=3
+    cycle = ["Entity 4 founded</search>"] + ["<search>Entity 3 founded</search>", "<search>Entity 4 founded</search>"] * 2
+    engine = ScriptedEngine(cycle + ["1504</answer>"], tokenizer=tokenizer)
+    cfg = AgentConfig(prefill_tags=True, max_tool_calls=40, max_repeated_calls=3, max_call_revisits=3,
+                      read_search_results=False)
+    traj = await run_episode(ITEM, engine, tools(), cfg)
+    assert [c.args["query"] for c in traj.tool_calls] == ["Entity 4 founded", "Entity 3 founded"] * 2
+    last = tokenizer.decode(engine.calls[-1].prompt_ids)
+    assert "the same call 3 times in this episode" in last and last.endswith("<answer>")
+    assert traj.prediction == "1504" and traj.meta["repeated_call"] is True
+
+
 async def test_user_prompt_layout_and_custom_instructions(tokenizer):
     engine = ScriptedEngine(["<answer>1642</answer>"], tokenizer=tokenizer)
     cfg = AgentConfig(prompt_layout="user", system_prompt="Custom rules: search, then answer.")
