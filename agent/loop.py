@@ -340,14 +340,14 @@ class _Episode:
         self.last_call_key = key
         self.call_counts[key] = times = self.call_counts.get(key, 0) + 1
         if in_a_row and self.repeat_run >= in_a_row:
-            why = f"the same call {self.repeat_run} times in a row"
+            count, why = self.repeat_run, f"the same call {self.repeat_run} times in a row"
         elif in_all and times >= in_all:
-            why = f"the same call {times} times in this episode"
+            count, why = times, f"the same call {times} times in this episode"
         else:
             return False
         self.tool_calls_used = self.cfg.max_tool_calls
         self.extra["repeated_call"] = True
-        self.emit("repeated_call", times=max(self.repeat_run, times))
+        self.emit("repeated_call", times=count)  # the count of the rule that closed the budget
         self.queue.append(Delivery(f"Not run: {why}; the tool budget is closed, answer now.", "", False))
         return True
 

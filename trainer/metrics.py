@@ -132,9 +132,9 @@ def plot_search_curve(metrics_path: str | Path, out_png: str | Path) -> Path | N
     """ASearcher's figure: tool calls per episode (left) and accuracy (right) over training steps, one
     line per difficulty bucket (`agent/tool_calls/<bucket>`, `train/accuracy/<bucket>`, sampled
     episodes); None when the run logged no buckets."""
-    rows = read_metrics(metrics_path)
     from agent.qa import bucket_order
 
+    rows = read_metrics(metrics_path)
     buckets = sorted({k.rsplit("/", 1)[1] for r in rows for k in r if k.startswith("agent/tool_calls/")},
                      key=bucket_order)
     if not buckets:

@@ -119,8 +119,11 @@ def _bucket_mean(figures: dict[str, Any], buckets: list[str]) -> float | None:
 
 
 def _largest_n(metrics: list[dict[str, Any]]) -> str | None:
-    ns = {k.rsplit("/", 1)[1] for r in metrics for k in r if k.startswith("agent/tool_calls/n")}
-    return max(ns, key=lambda b: int(b[1:]), default=None)
+    from agent.qa import bucket_order, is_bucket_name
+
+    ns = {b for r in metrics for k in r if k.startswith("agent/tool_calls/n")
+          for b in [k.rsplit("/", 1)[1]] if is_bucket_name(b)}
+    return max(ns, key=bucket_order, default=None)
 
 
 def rl_figures(run_dir: Path) -> dict[str, Any]:
