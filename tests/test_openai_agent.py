@@ -210,8 +210,10 @@ def test_a_failed_episode_is_requeued_with_its_error_in_the_ledger_and_never_tra
             run_group=SimpleNamespace(remote=remote))], staleness=StalenessController(2, 2, 2, 8),
             buffer=GroupBuffer(), group_size=2, filter_groups="none", ledger=tmp_path / "rollouts.jsonl")
         ctl.start()
-        try:
-            groups = await asyncio.wait_for(ctl.next_batch(2, 0, 0), 120)
+        groups = []
+        try:  # batches until q1's requeued run is trained: q2 may fill a batch first under load
+            while not any(g.question_id == "q1" for g in groups) and len(groups) < 8:
+                groups += await asyncio.wait_for(ctl.next_batch(1, 0, 0), 120)
         finally:
             ctl._paused = True
             ctl._task.cancel()
@@ -228,7 +230,7 @@ def test_a_failed_episode_is_requeued_with_its_error_in_the_ledger_and_never_tra
     assert len(failed) == 1 and failed[0]["requeued"] and "RuntimeError: the agent fell over" in failed[0]["error"]
     after = ledger[ledger.index(failed[0]) + 1:]
     assert any(e["event"] == "admit" and e["key"] == failed[0]["key"] for e in after)  # its question runs again
-    assert len(groups) == 2 and byo_agents.FLAKY_RUNS["q1"] >= 2
+    assert groups[-1].question_id == "q1" and byo_agents.FLAKY_RUNS["q1"] >= 2
     assert all(t.stop_reason == "answered" for g in groups for t in g.trajectories)
 
 
